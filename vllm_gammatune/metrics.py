@@ -1,0 +1,199 @@
+"""The plugin's own metrics, beside vLLM's ``vllm:spec_decode_*``.
+
+vLLM's counters (drafts, draft tokens, accepted tokens, per position) stay as
+they are: the plugin hands the scheduler per-request draft lists, and vLLM
+counts them itself.
+
+The plugin adds, per engine:
+
+- ``vllm:gammatune_draft_length`` (histogram): tokens actually drafted per
+  request per step (after confidence stops), so its mean is the mean draft
+  length and its buckets the distribution;
+- ``vllm:gammatune_planned_draft_tokens`` (counter): tokens the policy asked
+  for; planned minus drafted is what confidence stops saved;
+- ``vllm:gammatune_confidence_stops`` (counter): drafts ended early because
+  the draft's top probability fell below the threshold;
+- ``vllm:gammatune_tracked_requests`` (gauge): requests with policy state in
+  the worker (returns to 0 when the engine is idle).
+
+Transport. The numbers are made in the worker (the drafter), but
+``LLM.get_metrics()`` and ``/metrics`` read the Prometheus registry of the
+front-end process, and vLLM's stats messages between the processes have a
+fixed schema. So the front end creates a small file of int64 counters
+(``StepCounters.create``), passes its path to the workers inside
+``additional_config``, the rank-0 worker updates it in place through ``mmap``,
+and a Prometheus collector in the front end reads it at scrape time. One
+writer, readers tolerate a torn read of a single counter (it is monotonic).
+This works wherever the front end and the rank-0 worker share a file system
+(one machine, including Ray and multiprocess executors on one node).
+"""
+
+from __future__ import annotations
+
+import atexit
+import mmap
+import os
+import struct
+import tempfile
+import threading
+import uuid
+
+_HEADER_FIELDS = (
+    "num_drafts",
+    "num_draft_tokens",
+    "num_planned_draft_tokens",
+    "num_confidence_stops",
+    "tracked_requests",
+)
+_INT64 = struct.Struct("<q")
+
+
+class StepCounters:
+    """int64 counters in a memory-mapped file: header fields, then a histogram
+    ``draft_length_counts[0..max_num_draft_tokens]``."""
+
+    def __init__(self, path: str, max_num_draft_tokens: int, *, owner: bool):
+        self.path = path
+        self.max_num_draft_tokens = max_num_draft_tokens
+        self._num_fields = len(_HEADER_FIELDS) + max_num_draft_tokens + 1
+        size = self._num_fields * _INT64.size
+        if owner:
+            with open(path, "wb") as f:
+                f.write(b"\0" * size)
+        self._file = open(path, "r+b")
+        self._map = mmap.mmap(self._file.fileno(), size)
+        self._owner = owner
+
+    @classmethod
+    def create(cls, max_num_draft_tokens: int) -> StepCounters:
+        path = os.path.join(
+            tempfile.gettempdir(), f"vllm_gammatune_{os.getpid()}_{uuid.uuid4().hex}"
+        )
+        counters = cls(path, max_num_draft_tokens, owner=True)
+        atexit.register(counters.remove)
+        return counters
+
+    @classmethod
+    def attach(cls, path: str, max_num_draft_tokens: int) -> StepCounters:
+        return cls(path, max_num_draft_tokens, owner=False)
+
+    def _read(self, index: int) -> int:
+        return _INT64.unpack_from(self._map, index * _INT64.size)[0]
+
+    def _add(self, index: int, value: int) -> None:
+        offset = index * _INT64.size
+        _INT64.pack_into(self._map, offset, _INT64.unpack_from(self._map, offset)[0] + value)
+
+    def _set(self, index: int, value: int) -> None:
+        _INT64.pack_into(self._map, index * _INT64.size, value)
+
+    def record_step(
+        self,
+        num_draft_tokens_per_request: list[int],
+        num_planned_draft_tokens: int,
+        num_confidence_stops: int,
+        tracked_requests: int,
+    ) -> None:
+        """Add one drafting step (one entry per request that drafted)."""
+        base = len(_HEADER_FIELDS)
+        for length in num_draft_tokens_per_request:
+            self._add(base + min(length, self.max_num_draft_tokens), 1)
+        self._add(0, len(num_draft_tokens_per_request))
+        self._add(1, sum(num_draft_tokens_per_request))
+        self._add(2, num_planned_draft_tokens)
+        self._add(3, num_confidence_stops)
+        self._set(4, tracked_requests)
+
+    def set_tracked_requests(self, tracked_requests: int) -> None:
+        self._set(4, tracked_requests)
+
+    def snapshot(self) -> dict[str, object]:
+        values = {name: self._read(i) for i, name in enumerate(_HEADER_FIELDS)}
+        base = len(_HEADER_FIELDS)
+        values["draft_length_counts"] = [
+            self._read(base + k) for k in range(self.max_num_draft_tokens + 1)
+        ]
+        return values
+
+    def remove(self) -> None:
+        try:
+            self._map.close()
+            self._file.close()
+        finally:
+            if self._owner and os.path.exists(self.path):
+                os.unlink(self.path)
+
+
+class _PrometheusCollector:
+    """Reads every live engine's counters at scrape time (front end only)."""
+
+    def __init__(self):
+        self._engines: dict[str, tuple[StepCounters, str]] = {}
+        self._lock = threading.Lock()
+
+    def add(self, engine: str, counters: StepCounters, model_name: str) -> None:
+        with self._lock:
+            self._engines[engine] = (counters, model_name)
+
+    def collect(self):
+        from prometheus_client.core import (
+            CounterMetricFamily,
+            GaugeMetricFamily,
+            HistogramMetricFamily,
+        )
+
+        labels = ["model_name", "engine"]
+        length = HistogramMetricFamily(
+            "vllm:gammatune_draft_length",
+            "Tokens drafted per request per step by vllm-gammatune's adaptive "
+            "methods (after confidence stops).",
+            labels=labels,
+        )
+        planned = CounterMetricFamily(
+            "vllm:gammatune_planned_draft_tokens",
+            "Draft tokens the draft-length policy asked for.",
+            labels=labels,
+        )
+        stops = CounterMetricFamily(
+            "vllm:gammatune_confidence_stops",
+            "Drafts ended early because the draft's top probability fell below "
+            "the confidence threshold.",
+            labels=labels,
+        )
+        tracked = GaugeMetricFamily(
+            "vllm:gammatune_tracked_requests",
+            "Requests with draft-length state held by the plugin.",
+            labels=labels,
+        )
+        with self._lock:
+            engines = list(self._engines.items())
+        for engine, (counters, model_name) in engines:
+            try:
+                snap = counters.snapshot()
+            except ValueError:  # closed
+                continue
+            label_values = [model_name, engine]
+            cumulative, buckets = 0, []
+            for k, count in enumerate(snap["draft_length_counts"]):
+                cumulative += count
+                buckets.append((str(float(k)), cumulative))
+            buckets.append(("+Inf", cumulative))
+            length.add_metric(label_values, buckets, float(snap["num_draft_tokens"]))
+            planned.add_metric(label_values, snap["num_planned_draft_tokens"])
+            stops.add_metric(label_values, snap["num_confidence_stops"])
+            tracked.add_metric(label_values, snap["tracked_requests"])
+        yield from (length, planned, stops, tracked)
+
+
+_collector: _PrometheusCollector | None = None
+
+
+def register_engine_counters(counters: StepCounters, model_name: str) -> None:
+    """Expose an engine's counters on this process's Prometheus registry."""
+    global _collector
+    from prometheus_client import REGISTRY
+
+    if _collector is None:
+        _collector = _PrometheusCollector()
+        REGISTRY.register(_collector)
+    _collector.add(str(len(_collector._engines)), counters, model_name)

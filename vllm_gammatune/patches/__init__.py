@@ -1,0 +1,19 @@
+"""Every patch of vLLM the plugin applies: one module per patched vLLM module.
+
+| module | vLLM target | what / why | remove when |
+|---|---|---|---|
+| ``arg_utils`` | ``EngineArgs.create_speculative_config`` | accept the plugin's methods and keys, map them to ``draft_model`` + ``additional_config``, turn async scheduling off | vLLM lets plugins register spec methods |
+| ``gpu_model_runner`` | ``GPUModelRunner.__init__`` | build ``AdaptiveDraftModelProposer`` for the plugin's methods | vLLM offers a drafter registry |
+
+Each module's docstring gives the details. Patches only rebind; the logic
+lives in ``vllm_gammatune.engine_config`` and ``vllm_gammatune.runner_init``.
+"""
+
+from vllm_gammatune.patches import arg_utils, gpu_model_runner
+
+ALL_PATCHES = (arg_utils, gpu_model_runner)
+
+
+def apply_all() -> None:
+    for patch in ALL_PATCHES:
+        patch.apply()

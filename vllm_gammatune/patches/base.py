@@ -1,0 +1,48 @@
+"""Rebinding helper: keeps the original, refuses to patch twice.
+
+A patch module names one vLLM attribute and the plugin function that replaces
+it; the replacement receives the original as its first argument, so no vLLM
+code is copied and the original stays reachable (``__wrapped__``).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+_MARK = "__vllm_gammatune_patch__"
+
+
+class PatchError(RuntimeError):
+    """A patch target is missing or already patched."""
+
+
+def is_patched(owner: Any, name: str) -> bool:
+    return getattr(getattr(owner, name, None), _MARK, None) is not None
+
+
+def rebind(owner: Any, name: str, replacement: Callable[..., Any], patch_id: str) -> None:
+    """Replace ``owner.name`` with ``replacement(original, *args, **kwargs)``."""
+    original = getattr(owner, name, None)
+    if original is None:
+        raise PatchError(f"vllm-gammatune patch {patch_id}: {owner!r} has no {name!r}")
+    if is_patched(owner, name):
+        raise PatchError(
+            f"vllm-gammatune patch {patch_id}: {owner.__name__}.{name} is already "
+            f"patched by {getattr(original, _MARK)!r}"
+        )
+
+    @functools.wraps(original)
+    def patched(*args, **kwargs):
+        return replacement(original, *args, **kwargs)
+
+    setattr(patched, _MARK, patch_id)
+    setattr(owner, name, patched)
+
+
+def unbind(owner: Any, name: str) -> None:
+    """Restore the original (tests only)."""
+    current = getattr(owner, name)
+    if getattr(current, _MARK, None) is not None:
+        setattr(owner, name, current.__wrapped__)

@@ -1,0 +1,22 @@
+"""Patch of ``vllm.v1.worker.gpu_model_runner`` (CPU runner included: it subclasses it).
+
+What: ``GPUModelRunner.__init__`` -> ``runner_init.init_with_adaptive_drafter``.
+Why: the runner picks its drafter in an if/elif chain inside ``__init__``;
+  for a plugin method it must build ``AdaptiveDraftModelProposer`` (a subclass
+  of ``DraftModelProposer``, so vLLM's isinstance checks still hold).
+Remove when: vLLM offers a drafter factory or registry for plugins.
+"""
+
+from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+from vllm_gammatune.patches.base import rebind
+from vllm_gammatune.runner_init import init_with_adaptive_drafter
+
+
+def apply() -> None:
+    rebind(
+        GPUModelRunner,
+        "__init__",
+        init_with_adaptive_drafter,
+        patch_id="gpu_model_runner.GPUModelRunner.__init__",
+    )
