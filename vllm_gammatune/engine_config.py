@@ -19,7 +19,11 @@ from vllm_gammatune.config import (
     is_plugin_method,
     split_speculative_config,
 )
-from vllm_gammatune.metrics import StepCounters, register_engine_counters
+from vllm_gammatune.metrics import (
+    StepCounters,
+    forget_engine_counters,
+    register_engine_counters,
+)
 
 logger = init_logger(__name__)
 
@@ -67,6 +71,7 @@ def create_speculative_config(
     """``EngineArgs.create_speculative_config`` that understands plugin methods."""
     method = requested_plugin_method(engine_args)
     if method is None:
+        forget_engine_counters()
         return original(engine_args, target_model_config, target_parallel_config)
     pin.check_vllm_version()
 

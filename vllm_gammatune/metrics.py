@@ -189,11 +189,24 @@ _collector: _PrometheusCollector | None = None
 
 
 def register_engine_counters(counters: StepCounters, model_name: str) -> None:
-    """Expose an engine's counters on this process's Prometheus registry."""
+    """Expose an engine's counters on this process's Prometheus registry.
+
+    Like vLLM, which unregisters the previous engine's metrics when a new
+    engine starts in the same process, only the newest engine is reported
+    (with vLLM's own labels: ``model_name`` and ``engine="0"``).
+    """
     global _collector
     from prometheus_client import REGISTRY
 
     if _collector is None:
         _collector = _PrometheusCollector()
         REGISTRY.register(_collector)
-    _collector.add(str(len(_collector._engines)), counters, model_name)
+    forget_engine_counters()
+    _collector.add("0", counters, model_name)
+
+
+def forget_engine_counters() -> None:
+    """Stop reporting earlier engines (a new engine without the plugin starts)."""
+    if _collector is not None:
+        with _collector._lock:
+            _collector._engines.clear()
