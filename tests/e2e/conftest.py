@@ -1,83 +1,18 @@
-"""Engine-level fixtures: tiny random models built on the fly, vLLM on the CPU."""
+"""Engine-level test setup: vLLM on the CPU with tiny models built on the fly."""
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import os
-import sys
-from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 # The engine core runs inside the test process: ~30 s less per engine start
-# than spawning an engine process and a worker process. test_processes.py
-# covers the spawned path (plugin loaded in every vLLM process).
+# than spawning an engine process and a worker process. The server tests
+# cover the spawned path (the plugin loaded in every vLLM process).
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from tiny_models import build_tiny_models  # noqa: E402
-
-#: Prompts of different kinds and lengths (a mixed batch).
-PROMPTS = [
-    "def add(a, b):",
-    "The quick brown fox jumps over the lazy dog. " * 6,
-    "x",
-    "import os\nimport sys\n\nfor path in sys.argv:\n",
-    "hello world " * 20,
-    "class Foo:\n    def __init__(self):",
-    "Once upon a time",
-    "1 2 3 4 5 6 7 8 9 10 11 12",
-    "speculative decoding verifies draft tokens in one pass of the target model",
-    "a",
-]
-
-ENGINE_KWARGS = dict(
-    enforce_eager=True,
-    max_model_len=512,
-    dtype="float32",
-    disable_log_stats=False,
-    seed=0,
-    max_num_seqs=16,
-)
 
 
 @pytest.fixture(scope="session")
-def tiny(tmp_path_factory) -> dict:
-    root = os.environ.get("VLLM_GAMMATUNE_TINY_MODELS") or str(
-        tmp_path_factory.mktemp("tiny_models")
-    )
-    return build_tiny_models(root)
-
-
-def make_llm(target: str, speculative_config: dict | None = None, **overrides):
-    from vllm import LLM
-
-    kwargs = {**ENGINE_KWARGS, **overrides}
-    return LLM(model=target, speculative_config=speculative_config, **kwargs)
-
-
-def shutdown(llm) -> None:
-    with contextlib.suppress(Exception):
-        llm.llm_engine.engine_core.shutdown()
-    del llm
-    gc.collect()
-
-
-@contextlib.contextmanager
-def running_llm(target: str, speculative_config: dict | None = None, **overrides):
-    llm = make_llm(target, speculative_config, **overrides)
-    try:
-        yield llm
-    finally:
-        shutdown(llm)
-
-
-def metrics_by_name(llm) -> dict:
-    """{name: metric} for vLLM's spec-decode metrics and the plugin's."""
-    return {
-        m.name: m
-        for m in llm.get_metrics()
-        if "spec_decode" in m.name or "gammatune" in m.name
-    }
+def tiny(tiny_models) -> dict:
+    return tiny_models

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import PROMPTS, metrics_by_name, running_llm
+from llm_helpers import PROMPTS, metrics_by_name, running_llm
 
 MAX_TOKENS = 40
 

@@ -1,0 +1,63 @@
+"""Helpers for engine-level tests: start, stop and read a tiny-model LLM."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+
+#: Prompts of different kinds and lengths (a mixed batch).
+PROMPTS = [
+    "def add(a, b):",
+    "The quick brown fox jumps over the lazy dog. " * 6,
+    "x",
+    "import os\nimport sys\n\nfor path in sys.argv:\n",
+    "hello world " * 20,
+    "class Foo:\n    def __init__(self):",
+    "Once upon a time",
+    "1 2 3 4 5 6 7 8 9 10 11 12",
+    "speculative decoding verifies draft tokens in one pass of the target model",
+    "a",
+]
+
+ENGINE_KWARGS = dict(
+    enforce_eager=True,
+    max_model_len=512,
+    dtype="float32",
+    disable_log_stats=False,
+    seed=0,
+    max_num_seqs=16,
+    # fraction of CPU memory vLLM checks is free at start (tiny models need little)
+    gpu_memory_utilization=0.2,
+)
+
+
+def make_llm(target: str, speculative_config: dict | None = None, **overrides):
+    from vllm import LLM
+
+    kwargs = {**ENGINE_KWARGS, **overrides}
+    return LLM(model=target, speculative_config=speculative_config, **kwargs)
+
+
+def shutdown(llm) -> None:
+    with contextlib.suppress(Exception):
+        llm.llm_engine.engine_core.shutdown()
+    del llm
+    gc.collect()
+
+
+@contextlib.contextmanager
+def running_llm(target: str, speculative_config: dict | None = None, **overrides):
+    llm = make_llm(target, speculative_config, **overrides)
+    try:
+        yield llm
+    finally:
+        shutdown(llm)
+
+
+def metrics_by_name(llm) -> dict:
+    """{name: metric} for vLLM's spec-decode metrics and the plugin's."""
+    return {
+        m.name: m
+        for m in llm.get_metrics()
+        if "spec_decode" in m.name or "gammatune" in m.name
+    }

@@ -1,0 +1,78 @@
+"""With temperature > 0 the output distribution stays the target's.
+
+Many seeded samples of a short continuation from the target alone and from
+GammaTune are compared position by position with a chi-square test of
+homogeneity. The same test must tell the draft model alone apart from the
+target (so it has the power to fail).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from llm_helpers import running_llm
+
+NUM_SAMPLES = 1500
+NEW_TOKENS = 4
+PROMPT = "The quick brown fox"
+ALPHA = 0.001  # per position; 3 positions tested
+
+
+def sample(target, speculative_config=None):
+    from vllm import SamplingParams
+
+    params = [
+        SamplingParams(temperature=1.0, max_tokens=NEW_TOKENS, ignore_eos=True, seed=i)
+        for i in range(NUM_SAMPLES)
+    ]
+    with running_llm(target, speculative_config) as llm:
+        outs = llm.generate([PROMPT] * NUM_SAMPLES, params, use_tqdm=False)
+    return [tuple(o.outputs[0].token_ids) for o in outs]
+
+
+def homogeneity_pvalue(samples_a, samples_b, position: int) -> float:
+    from scipy.stats import chi2_contingency
+
+    a = Counter(s[position] for s in samples_a)
+    b = Counter(s[position] for s in samples_b)
+    # Merge rare tokens so every expected cell count is >= 5.
+    common = [t for t in set(a) | set(b) if a[t] + b[t] >= 10]
+    rows = [[a[t] for t in common], [b[t] for t in common]]
+    rest_a = len(samples_a) - sum(rows[0])
+    rest_b = len(samples_b) - sum(rows[1])
+    if rest_a + rest_b > 0:
+        rows[0].append(rest_a)
+        rows[1].append(rest_b)
+    if len(rows[0]) < 2:
+        return 1.0
+    return float(chi2_contingency(rows).pvalue)
+
+
+@pytest.fixture(scope="module")
+def target_samples(tiny):
+    return sample(tiny["target"])
+
+
+@pytest.mark.parametrize(
+    "method,extra",
+    [
+        ("gammatune", {}),
+        ("gammatune_plus", {"confidence_threshold": 0.5}),
+        # full draft distributions in rejection sampling instead of one-hot drafts
+        ("gammatune_plus", {"confidence_threshold": 0.5, "draft_sample_method": "probabilistic"}),
+    ],
+)
+def test_sampled_distribution_matches_target(tiny, target_samples, method, extra):
+    spec = {"method": method, "model": tiny["draft"], "num_speculative_tokens": 4,
+            "gamma_init": 3, **extra}
+    spec_samples = sample(tiny["target"], spec)
+    for position in range(1, NEW_TOKENS):
+        p = homogeneity_pvalue(target_samples, spec_samples, position)
+        assert p > ALPHA, f"position {position}: p={p:.2e}"
+
+
+def test_chi_square_detects_a_different_distribution(tiny, target_samples):
+    draft_samples = sample(tiny["draft"])
+    pvalues = [homogeneity_pvalue(target_samples, draft_samples, k) for k in range(1, NEW_TOKENS)]
+    assert min(pvalues) < ALPHA, pvalues
