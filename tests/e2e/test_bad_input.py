@@ -1,0 +1,103 @@
+"""Bad speculative configs fail at LLM(...) with an error naming the field."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from llm_helpers import make_llm, running_llm
+
+
+def spec(tiny, **overrides):
+    return {"method": "gammatune", "model": tiny["draft"], "num_speculative_tokens": 8,
+            **overrides}
+
+
+@pytest.mark.parametrize(
+    "overrides,words",
+    [
+        ({"gamma_tune": 1}, ["gamma_tune", "allowed"]),
+        ({"gamma_min": 9, "gamma_init": 9}, ["gamma_min", "9", "gamma_max", "8"]),
+        ({"eta": 0}, ["eta", "0", "(0, 1]"]),
+        ({"eta": 1.01}, ["eta", "1.01", "(0, 1]"]),
+        ({"method": "gammatune_plus", "confidence_threshold": 1.0},
+         ["confidence_threshold", "1.0", "(0, 1)"]),
+        ({"method": "assistant_threshold", "confidence_threshold": 0},
+         ["confidence_threshold", "(0, 1)"]),
+        ({"model": None}, ["'model'", "missing"]),
+        ({"method": "gammatune_pls"}, ["gammatune_pls", "allowed", "gammatune_plus"]),
+    ],
+)
+def test_bad_config_raises_at_llm(tiny, overrides, words):
+    from vllm_gammatune.config import GammaTuneConfigError
+
+    config = spec(tiny, **overrides)
+    if "method" in overrides and overrides["method"] == "gammatune_pls":
+        # vLLM's own validation rejects unknown methods; the message still names it
+        with pytest.raises(ValueError) as info:
+            make_llm(tiny["target"], config)
+        assert "gammatune_pls" in str(info.value)
+        return
+    with pytest.raises(GammaTuneConfigError) as info:
+        make_llm(tiny["target"], config)
+    for word in words:
+        assert word in str(info.value), (word, str(info.value))
+
+
+def test_draft_with_other_vocabulary(tiny):
+    from vllm_gammatune.config import GammaTuneConfigError
+
+    with pytest.raises(GammaTuneConfigError) as info:
+        make_llm(tiny["target"], spec(tiny, model=tiny["draft_other_vocab"]))
+    message = str(info.value)
+    assert tiny["draft_other_vocab"] in message and "vocabulary" in message
+
+
+def test_async_scheduling_refused(tiny):
+    from vllm_gammatune.config import GammaTuneConfigError
+
+    with pytest.raises(GammaTuneConfigError, match="async_scheduling=True"):
+        make_llm(tiny["target"], spec(tiny), async_scheduling=True)
+
+
+def test_unsupported_vllm_version(tiny, monkeypatch):
+    from vllm_gammatune import pin
+
+    monkeypatch.setattr(pin, "installed_vllm_version", lambda: "0.31.2")
+    with pytest.raises(pin.UnsupportedVllmVersionError) as info:
+        make_llm(tiny["target"], spec(tiny))
+    assert "0.31.2" in str(info.value) and "0.32" in str(info.value)
+
+
+def test_unsupported_vllm_version_at_plugin_load(tiny):
+    """On another vLLM the plugin patches nothing but refuses its methods."""
+    code = textwrap.dedent(f"""
+        import vllm
+        vllm.__version__ = "0.33.0"
+        from vllm.engine.arg_utils import EngineArgs
+        from vllm_gammatune.pin import UnsupportedVllmVersionError
+        args = EngineArgs(model={tiny['target']!r}, speculative_config={{
+            "method": "gammatune", "model": {tiny['draft']!r}}})
+        from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+        assert not hasattr(GPUModelRunner.__init__, "__vllm_gammatune_patch__")
+        try:
+            args.create_engine_config()
+        except UnsupportedVllmVersionError as exc:
+            assert "0.33.0" in str(exc), exc
+            print("REFUSED")
+    """)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                            text=True, timeout=300)
+    assert "REFUSED" in result.stdout, result.stderr[-3000:]
+
+
+def test_engine_works_after_bad_inputs(tiny):
+    from vllm import SamplingParams
+
+    with pytest.raises(ValueError):
+        make_llm(tiny["target"], spec(tiny, eta=7))
+    with running_llm(tiny["target"], spec(tiny)) as llm:
+        out = llm.generate(["def add(a, b):"], SamplingParams(temperature=0, max_tokens=8))
+    assert len(out[0].outputs[0].token_ids) == 8
