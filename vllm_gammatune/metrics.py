@@ -13,6 +13,8 @@ The plugin adds, per engine:
   for; planned minus drafted is what confidence stops saved;
 - ``vllm:gammatune_confidence_stops`` (counter): drafts ended early because
   the draft's top probability fell below the threshold;
+- ``vllm:gammatune_draft_forward_passes`` (counter): batched draft-model
+  forwards the drafter ran (vLLM's fixed-K drafter runs K per step);
 - ``vllm:gammatune_tracked_requests`` (gauge): requests with policy state in
   the worker (returns to 0 when the engine is idle).
 
@@ -44,6 +46,7 @@ _HEADER_FIELDS = (
     "num_planned_draft_tokens",
     "num_confidence_stops",
     "tracked_requests",
+    "num_draft_forward_passes",
 )
 _INT64 = struct.Struct("<q")
 
@@ -93,6 +96,7 @@ class StepCounters:
         num_planned_draft_tokens: int,
         num_confidence_stops: int,
         tracked_requests: int,
+        num_draft_forward_passes: int = 0,
     ) -> None:
         """Add one drafting step (one entry per request that drafted)."""
         base = len(_HEADER_FIELDS)
@@ -103,6 +107,7 @@ class StepCounters:
         self._add(2, num_planned_draft_tokens)
         self._add(3, num_confidence_stops)
         self._set(4, tracked_requests)
+        self._add(5, num_draft_forward_passes)
 
     def set_tracked_requests(self, tracked_requests: int) -> None:
         self._set(4, tracked_requests)
@@ -160,6 +165,11 @@ class _PrometheusCollector:
             "the confidence threshold.",
             labels=labels,
         )
+        forwards = CounterMetricFamily(
+            "vllm:gammatune_draft_forward_passes",
+            "Batched forward passes of the draft model run by the plugin's drafter.",
+            labels=labels,
+        )
         tracked = GaugeMetricFamily(
             "vllm:gammatune_tracked_requests",
             "Requests with draft-length state held by the plugin.",
@@ -182,7 +192,8 @@ class _PrometheusCollector:
             planned.add_metric(label_values, snap["num_planned_draft_tokens"])
             stops.add_metric(label_values, snap["num_confidence_stops"])
             tracked.add_metric(label_values, snap["tracked_requests"])
-        yield from (length, planned, stops, tracked)
+            forwards.add_metric(label_values, snap["num_draft_forward_passes"])
+        yield from (length, planned, stops, forwards, tracked)
 
 
 _collector: _PrometheusCollector | None = None

@@ -194,6 +194,7 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
             sum(planned[i] for i in kept),
             sum(1 for i in kept if stops[i]),
             len(self.request_states),
+            num_draft_forward_passes=len(step.token_ids),
         )
 
     # -- hooks into vLLM's draft loop -----------------------------------------

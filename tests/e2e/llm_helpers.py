@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import gc
 
 #: Prompts of different kinds and lengths (a mixed batch).
 PROMPTS = [
@@ -32,26 +31,20 @@ ENGINE_KWARGS = dict(
 
 
 def make_llm(target: str, speculative_config: dict | None = None, **overrides):
-    from vllm import LLM
+    from vllm_gammatune.evaluation import start_llm
 
-    kwargs = {**ENGINE_KWARGS, **overrides}
-    return LLM(model=target, speculative_config=speculative_config, **kwargs)
-
-
-def shutdown(llm) -> None:
-    with contextlib.suppress(Exception):
-        llm.llm_engine.engine_core.shutdown()
-    del llm
-    gc.collect()
+    return start_llm(target, speculative_config, **{**ENGINE_KWARGS, **overrides})
 
 
 @contextlib.contextmanager
 def running_llm(target: str, speculative_config: dict | None = None, **overrides):
+    from vllm_gammatune.evaluation import stop_llm
+
     llm = make_llm(target, speculative_config, **overrides)
     try:
         yield llm
     finally:
-        shutdown(llm)
+        stop_llm(llm)
 
 
 def metrics_by_name(llm) -> dict:

@@ -6,7 +6,8 @@ def test_counters_shared_between_writer_and_reader(tmp_path):
     try:
         writer = StepCounters.attach(owner.path, 4)
         writer.record_step([1, 4, 4, 7], num_planned_draft_tokens=20,
-                           num_confidence_stops=2, tracked_requests=3)
+                           num_confidence_stops=2, tracked_requests=3,
+                           num_draft_forward_passes=7)
         writer.record_step([2], num_planned_draft_tokens=2, num_confidence_stops=0,
                            tracked_requests=1)
         snap = owner.snapshot()
@@ -15,6 +16,7 @@ def test_counters_shared_between_writer_and_reader(tmp_path):
         assert snap["num_planned_draft_tokens"] == 22
         assert snap["num_confidence_stops"] == 2
         assert snap["tracked_requests"] == 1
+        assert snap["num_draft_forward_passes"] == 7
         # lengths above the cap land in the cap's bucket
         assert snap["draft_length_counts"] == [0, 1, 1, 0, 3]
         writer.remove()
