@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from vllm_gammatune.policies import (
+    ADASD_MODES,
+    AdaSDPolicy,
     AssistantThresholdPolicy,
     DraftLengthPolicy,
     FixedDraftPolicy,
@@ -46,6 +48,8 @@ METHOD_GAMMATUNE_PLUS = "gammatune_plus"
 METHOD_FIXED = "fixed_draft"
 METHOD_HF_HEURISTIC = "hf_heuristic"
 METHOD_ASSISTANT_THRESHOLD = "assistant_threshold"
+#: Lossy: changes what the target accepts (AdaSD paper). Never on unless asked.
+METHOD_ADASD = "adasd"
 
 #: method -> plugin keys it accepts (besides vLLM's own draft_model keys).
 _METHOD_KEYS: dict[str, tuple[str, ...]] = {
@@ -60,7 +64,10 @@ _METHOD_KEYS: dict[str, tuple[str, ...]] = {
     METHOD_FIXED: ("gamma_init",),
     METHOD_HF_HEURISTIC: ("gamma_init",),
     METHOD_ASSISTANT_THRESHOLD: ("gamma_init", "confidence_threshold"),
+    METHOD_ADASD: ("adasd_mode", "adasd_window"),
 }
+#: Methods whose outputs may differ from the target's.
+LOSSY_METHODS = (METHOD_ADASD,)
 PLUGIN_METHODS: tuple[str, ...] = tuple(_METHOD_KEYS)
 _ALL_PLUGIN_KEYS = frozenset(k for keys in _METHOD_KEYS.values() for k in keys)
 
@@ -70,6 +77,9 @@ DEFAULT_GAMMA_MIN = 1
 DEFAULT_ETA = 0.5
 DEFAULT_DELTA = 2
 DEFAULT_CONFIDENCE_THRESHOLD = 0.4
+#: AdaSD: the paper's maximum window W (Appendix A) is the default cap.
+DEFAULT_ADASD_NUM_SPECULATIVE_TOKENS = 20
+DEFAULT_ADASD_MODE = "both"
 
 # vLLM keys the plugin sets itself or cannot honour.
 _REFUSED_VLLM_KEYS = {
@@ -98,6 +108,14 @@ class GammaTuneSettings:
     eta: float = DEFAULT_ETA
     delta: int = DEFAULT_DELTA
     confidence_threshold: float | None = None
+    #: AdaSD only: "both" | "generation" | "verification"
+    adasd_mode: str | None = None
+    #: AdaSD only: the maximum window W, in [1, num_speculative_tokens]
+    adasd_window: int | None = None
+
+    @property
+    def is_lossy(self) -> bool:
+        return self.method in LOSSY_METHODS
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -121,6 +139,9 @@ class GammaTuneSettings:
             return FixedDraftPolicy(cap, self.gamma_init)
         if self.method == METHOD_HF_HEURISTIC:
             return HFHeuristicPolicy(cap, self.gamma_init)
+        if self.method == METHOD_ADASD:
+            assert self.adasd_mode is not None and self.adasd_window is not None
+            return AdaSDPolicy(cap, window=self.adasd_window, mode=self.adasd_mode)
         if self.method == METHOD_ASSISTANT_THRESHOLD:
             assert self.confidence_threshold is not None
             return AssistantThresholdPolicy(
@@ -216,9 +237,14 @@ def split_speculative_config(
             "draft model that shares the target's vocabulary (a path or name)"
         )
 
+    default_cap = (
+        DEFAULT_ADASD_NUM_SPECULATIVE_TOKENS
+        if method == METHOD_ADASD
+        else DEFAULT_NUM_SPECULATIVE_TOKENS
+    )
     cap = _require_int(
         "num_speculative_tokens",
-        config.get("num_speculative_tokens", DEFAULT_NUM_SPECULATIVE_TOKENS),
+        config.get("num_speculative_tokens", default_cap),
         ">= 1 (the cap on every draft, gamma_max)",
     )
     if cap < 1:
@@ -263,6 +289,26 @@ def split_speculative_config(
             lambda v: 0.0 < v < 1.0,
         )
 
+    adasd_mode = adasd_window = None
+    if method == METHOD_ADASD:
+        adasd_mode = config.get("adasd_mode", DEFAULT_ADASD_MODE)
+        if adasd_mode not in ADASD_MODES:
+            raise GammaTuneConfigError(
+                f"speculative_config['adasd_mode']={adasd_mode!r} is not allowed: "
+                f"must be one of {', '.join(repr(m) for m in ADASD_MODES)} (AdaSD, "
+                "Gen-Only, Verify-Only)"
+            )
+        adasd_window = _require_int(
+            "adasd_window",
+            config.get("adasd_window", cap),
+            f"in [1, num_speculative_tokens={cap}] (AdaSD's window W)",
+        )
+        if not 1 <= adasd_window <= cap:
+            raise GammaTuneConfigError(
+                f"speculative_config['adasd_window']={adasd_window} is not allowed: "
+                f"AdaSD's window W must be in [1, num_speculative_tokens={cap}]"
+            )
+
     settings = GammaTuneSettings(
         method=method,
         num_speculative_tokens=cap,
@@ -271,6 +317,8 @@ def split_speculative_config(
         eta=eta,
         delta=delta,
         confidence_threshold=threshold,
+        adasd_mode=adasd_mode,
+        adasd_window=adasd_window,
     )
     draft_model_config = {
         k: v for k, v in config.items() if k not in _ALL_PLUGIN_KEYS

@@ -125,6 +125,13 @@ def create_speculative_config(
             f"vocabulary size {draft_vocab}; method {method!r} needs a draft with "
             f"the target's vocabulary (size {target_vocab})"
         )
+    if settings.is_lossy:
+        logger.warning_once(
+            "vllm-gammatune: speculative method %r is LOSSY: it may accept draft "
+            "tokens the target would not emit, so outputs may differ from the "
+            "target model's.",
+            method,
+        )
     logger.info(
         "vllm-gammatune: speculative method %r runs on vLLM's draft_model "
         "machinery with per-request draft lengths (cap %d); async scheduling "

@@ -16,7 +16,10 @@ The plugin adds, per engine:
 - ``vllm:gammatune_draft_forward_passes`` (counter): batched draft-model
   forwards the drafter ran (vLLM's fixed-K drafter runs K per step);
 - ``vllm:gammatune_tracked_requests`` (gauge): requests with policy state in
-  the worker (returns to 0 when the engine is idle).
+  the worker;
+- AdaSD only: ``vllm:gammatune_adasd_entropy_stops`` and
+  ``..._relaxed_acceptances`` (counters), ``..._mean_generation_threshold``
+  and ``..._mean_verification_threshold`` (gauges, mean over verifications).
 
 Transport. The numbers are made in the worker (the drafter), but
 ``LLM.get_metrics()`` and ``/metrics`` read the Prometheus registry of the
@@ -47,6 +50,11 @@ _HEADER_FIELDS = (
     "num_confidence_stops",
     "tracked_requests",
     "num_draft_forward_passes",
+    "num_entropy_stops",
+    "num_relaxed_acceptances",
+    "generation_threshold_micro_sum",
+    "verification_threshold_micro_sum",
+    "num_threshold_samples",
 )
 _INT64 = struct.Struct("<q")
 
@@ -97,6 +105,7 @@ class StepCounters:
         num_confidence_stops: int,
         tracked_requests: int,
         num_draft_forward_passes: int = 0,
+        num_entropy_stops: int = 0,
     ) -> None:
         """Add one drafting step (one entry per request that drafted)."""
         base = len(_HEADER_FIELDS)
@@ -108,6 +117,20 @@ class StepCounters:
         self._add(3, num_confidence_stops)
         self._set(4, tracked_requests)
         self._add(5, num_draft_forward_passes)
+        self._add(6, num_entropy_stops)
+
+    def record_verification(
+        self,
+        num_relaxed_acceptances: int,
+        generation_thresholds: list[float],
+        verification_thresholds: list[float],
+    ) -> None:
+        """AdaSD: relaxed acceptances and the thresholds in force (one per request)."""
+        self._add(7, num_relaxed_acceptances)
+        finite = [t for t in generation_thresholds if t != float("inf")]
+        self._add(8, round(sum(finite) * 1e6))
+        self._add(9, round(sum(verification_thresholds) * 1e6))
+        self._add(10, len(verification_thresholds))
 
     def set_tracked_requests(self, tracked_requests: int) -> None:
         self._set(4, tracked_requests)
@@ -165,6 +188,27 @@ class _PrometheusCollector:
             "the confidence threshold.",
             labels=labels,
         )
+        entropy_stops = CounterMetricFamily(
+            "vllm:gammatune_adasd_entropy_stops",
+            "AdaSD drafts ended because the draft entropy exceeded T_G.",
+            labels=labels,
+        )
+        relaxed = CounterMetricFamily(
+            "vllm:gammatune_adasd_relaxed_acceptances",
+            "AdaSD draft tokens accepted although they differ from the target's "
+            "(JS distance below T_V): the lossy part.",
+            labels=labels,
+        )
+        mean_tg = GaugeMetricFamily(
+            "vllm:gammatune_adasd_mean_generation_threshold",
+            "AdaSD: mean T_G (bits) over all verifications so far.",
+            labels=labels,
+        )
+        mean_tv = GaugeMetricFamily(
+            "vllm:gammatune_adasd_mean_verification_threshold",
+            "AdaSD: mean T_V over all verifications so far.",
+            labels=labels,
+        )
         forwards = CounterMetricFamily(
             "vllm:gammatune_draft_forward_passes",
             "Batched forward passes of the draft model run by the plugin's drafter.",
@@ -193,7 +237,13 @@ class _PrometheusCollector:
             stops.add_metric(label_values, snap["num_confidence_stops"])
             tracked.add_metric(label_values, snap["tracked_requests"])
             forwards.add_metric(label_values, snap["num_draft_forward_passes"])
-        yield from (length, planned, stops, forwards, tracked)
+            entropy_stops.add_metric(label_values, snap["num_entropy_stops"])
+            relaxed.add_metric(label_values, snap["num_relaxed_acceptances"])
+            samples = max(1, snap["num_threshold_samples"])
+            mean_tg.add_metric(label_values, snap["generation_threshold_micro_sum"] / 1e6 / samples)
+            mean_tv.add_metric(label_values, snap["verification_threshold_micro_sum"] / 1e6 / samples)
+        yield from (length, planned, stops, forwards, tracked, entropy_stops, relaxed,
+                    mean_tg, mean_tv)
 
 
 _collector: _PrometheusCollector | None = None

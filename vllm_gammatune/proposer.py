@@ -33,10 +33,12 @@ import torch
 
 from vllm.logger import init_logger
 from vllm.v1.spec_decode.draft_model import DraftModelProposer
+from vllm_gammatune.acceptance import AdaSDVerifier
 from vllm_gammatune.config import plugin_section, settings_from_additional_config
 from vllm_gammatune.metrics import StepCounters
-from vllm_gammatune.policies import BatchView
+from vllm_gammatune.policies import AdaSDPolicy, BatchView
 from vllm_gammatune.state import RequestStateTable
+from vllm_gammatune.stats import entropy_bits
 
 logger = init_logger(__name__)
 
@@ -46,40 +48,79 @@ class _EveryRequestStopped(Exception):
 
 
 class _DraftStep:
-    """Book-keeping of one ``propose`` call (one engine step)."""
+    """Book-keeping of one ``propose`` call (one engine step).
 
-    def __init__(self, planned: list[int], device: torch.device, threshold):
+    Args:
+        planned: per request, how many tokens the policy asked for.
+        stop_thresholds: [batch] per-request early-stop thresholds, or None:
+            with ``stop_on="confidence"`` a request stops after a token whose
+            top draft probability is below its threshold (GammaTune+,
+            AssistantThreshold); with ``stop_on="entropy"`` after a token whose
+            draft entropy exceeds it (AdaSD's T_G, Algorithm 1 line 6).
+        keep_distributions: keep every step's draft distribution (AdaSD's
+            relaxed verification needs q_i).
+    """
+
+    def __init__(
+        self,
+        planned: list[int],
+        device: torch.device,
+        stop_thresholds: torch.Tensor | None = None,
+        stop_on: str = "confidence",
+        keep_distributions: bool = False,
+    ):
         self.num_steps = max(planned)
-        self.threshold = threshold
+        self.stop_thresholds = stop_thresholds
+        self.stop_on = stop_on
+        self.keep_distributions = keep_distributions
         # [batch]
         self.planned = torch.tensor(planned, dtype=torch.int32, device=device)
         # [batch] final number of draft tokens per request
         self.lengths = self.planned.clone()
         # [batch] True once the request drafts no further
         self.stopped = torch.zeros_like(self.planned, dtype=torch.bool)
-        # [batch] True where the request was stopped by confidence
-        self.confidence_stopped = torch.zeros_like(self.stopped)
+        # [batch] True where the request was stopped early by its threshold
+        self.stopped_early = torch.zeros_like(self.stopped)
         self.token_ids: list[torch.Tensor] = []  # num_steps x [batch]
-        self.probs: list[torch.Tensor] = []  # num_steps x [batch, vocab]
-        self.top_prob: torch.Tensor | None = None  # [batch] of the current step
+        self.probs: list[torch.Tensor] = []  # vLLM's draft probs, num_steps x [batch, vocab]
+        self.distributions: list[torch.Tensor] = []  # q_i, num_steps x [batch, vocab]
+        self.entropies: list[torch.Tensor] = []  # H(q_i), num_steps x [batch]
 
-    def record(self, token_ids: torch.Tensor, probs: torch.Tensor | None) -> bool:
+    @property
+    def needs_distribution(self) -> bool:
+        return self.stop_thresholds is not None or self.keep_distributions
+
+    def record(
+        self,
+        token_ids: torch.Tensor,
+        probs: torch.Tensor | None,
+        distribution: torch.Tensor | None,
+    ) -> bool:
         """Add one draft position; return True when every request has stopped."""
         self.token_ids.append(token_ids)
         if probs is not None:
             self.probs.append(probs)
         position = len(self.token_ids)  # tokens drafted so far, 1-based
         reached_plan = self.planned <= position
-        if self.threshold is not None and self.top_prob is not None:
-            low = (self.top_prob < self.threshold) & ~self.stopped & ~reached_plan
-            self.lengths = torch.where(
-                low, torch.full_like(self.lengths, position), self.lengths
-            )
-            self.confidence_stopped |= low
-            self.stopped |= low
+        if distribution is not None:
+            if self.keep_distributions:
+                self.distributions.append(distribution)
+                self.entropies.append(entropy_bits(distribution))
+            if self.stop_thresholds is not None:
+                if self.stop_on == "entropy":
+                    entropy = (self.entropies[-1] if self.keep_distributions
+                               else entropy_bits(distribution))
+                    stop = entropy > self.stop_thresholds
+                else:
+                    stop = distribution.max(dim=-1).values < self.stop_thresholds
+                early = stop & ~self.stopped & ~reached_plan
+                self.lengths = torch.where(
+                    early, torch.full_like(self.lengths, position), self.lengths
+                )
+                self.stopped_early |= early
+                self.stopped |= early
         self.stopped |= reached_plan
-        self.top_prob = None
-        if position >= self.num_steps or self.threshold is None:
+        if position >= self.num_steps or self.stop_thresholds is None:
             return False
         return bool(self.stopped.all())
 
@@ -98,6 +139,13 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
         self._step: _DraftStep | None = None
         # (num_draft_tokens per request, [num_reqs] valid sampled counts)
         self._pending_verification: tuple[list[int], torch.Tensor] | None = None
+        #: AdaSD: req_id -> ([drafted, vocab] q_i, [drafted] H(q_i)) of its
+        #: latest draft, read by ``acceptance.AdaSDVerifier``
+        self.pending_drafts: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        #: AdaSD's verification at the rejection-sampling step, or None
+        self.adasd_verifier = (
+            AdaSDVerifier(self) if isinstance(self.policy, AdaSDPolicy) else None
+        )
         self._counters: StepCounters | None = None
         metrics_path = plugin_section(vllm_config.additional_config).get("metrics_path")
         if metrics_path and vllm_config.parallel_config.rank == 0:
@@ -129,7 +177,9 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
         )
 
     def _observe_verification(self, req_ids: list[str], batch: BatchView) -> None:
-        if self._pending_verification is None:
+        """Count-based update (AdaSD updates in ``acceptance`` instead)."""
+        if self._pending_verification is None or isinstance(self.policy, AdaSDPolicy):
+            self._pending_verification = None
             return
         num_draft_tokens, valid_counts = self._pending_verification
         self._pending_verification = None
@@ -144,6 +194,27 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
             )
 
     # -- 2-4. plan, draft, cut ---------------------------------------------
+    def _plan(self, req_ids: list[str], batch: BatchView, num_speculative_tokens: int):
+        states = [self.request_states.get(r) for r in req_ids]
+        planned = [
+            min(num_speculative_tokens, self.policy.next_num_draft_tokens(s, batch))
+            for s in states
+        ]
+        policy = self.policy
+        if isinstance(policy, AdaSDPolicy):
+            thresholds = None
+            if policy.stops_on_entropy:  # T_G per request (Algorithm 1 line 6)
+                thresholds = torch.tensor(
+                    [policy.generation_threshold(s) for s in states],
+                    dtype=torch.float32, device=self.device)
+            return _DraftStep(planned, self.device, thresholds, stop_on="entropy",
+                              keep_distributions=True)
+        thresholds = None
+        if policy.confidence_threshold is not None:
+            thresholds = torch.full((len(planned),), policy.confidence_threshold,
+                                    dtype=torch.float32, device=self.device)
+        return _DraftStep(planned, self.device, thresholds, stop_on="confidence")
+
     def propose(self, num_speculative_tokens, *args, **kwargs):
         runner = self._runner
         if runner is None or num_speculative_tokens == 0:
@@ -153,14 +224,7 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
         batch = BatchView(batch_size=len(req_ids))
         self.request_states.forget_missing(runner.requests)
         self._observe_verification(req_ids, batch)
-        planned = [
-            min(
-                num_speculative_tokens,
-                self.policy.next_num_draft_tokens(self.request_states.get(r), batch),
-            )
-            for r in req_ids
-        ]
-        step = _DraftStep(planned, self.device, self.policy.confidence_threshold)
+        step = self._plan(req_ids, batch, num_speculative_tokens)
         self._step = step
         self.policy_seconds += time.perf_counter() - start
         try:
@@ -178,9 +242,26 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
         lengths = step.lengths.tolist()
         rows = draft_token_ids.tolist()
         drafts = [row[:n] for row, n in zip(rows, lengths)]
-        self._record_metrics(drafts, planned, step)
+        if step.keep_distributions:
+            self._keep_draft_distributions(req_ids, lengths, step)
+        self._record_metrics(drafts, step.planned.tolist(), step)
         self.policy_seconds += time.perf_counter() - start
         return drafts
+
+    def _keep_draft_distributions(self, req_ids, lengths, step: _DraftStep) -> None:
+        """Per request: q_i and H(q_i) of its drafted tokens, for verification.
+
+        Stored in bfloat16: vocab x 2 bytes per draft token (Qwen2.5's 151,936
+        entries: 297 KiB per token, 5.8 MiB for a 20-token draft); kept only
+        for AdaSD and only until that draft is verified.
+        """
+        # [batch, drafted, vocab] and [batch, drafted]
+        distributions = torch.stack(step.distributions, dim=1).to(torch.bfloat16)
+        entropies = torch.stack(step.entropies, dim=1)
+        self.pending_drafts = {
+            req_id: (distributions[i, :n], entropies[i, :n])
+            for i, (req_id, n) in enumerate(zip(req_ids, lengths))
+        }
 
     def _record_metrics(self, drafts, planned, step: _DraftStep) -> None:
         if self._counters is None:
@@ -188,45 +269,51 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
         num_reqs = len(drafts)
         discarded = self._runner.discard_request_mask.np[:num_reqs]
         kept = [i for i in range(num_reqs) if not discarded[i]]
-        stops = step.confidence_stopped.tolist()
+        early = step.stopped_early.tolist()
+        num_early = sum(1 for i in kept if early[i])
+        entropy_stops = step.stop_on == "entropy"
         self._counters.record_step(
             [len(drafts[i]) for i in kept],
             sum(planned[i] for i in kept),
-            sum(1 for i in kept if stops[i]),
+            0 if entropy_stops else num_early,
             len(self.request_states),
             num_draft_forward_passes=len(step.token_ids),
+            num_entropy_stops=num_early if entropy_stops else 0,
         )
 
-    # -- hooks into vLLM's draft loop -----------------------------------------
-    def _greedy_sample(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        step = self._step
-        if (
-            step is None
-            or step.threshold is None
-            or self.use_local_argmax_reduction
-            or self.use_heterogeneous_vocab
-        ):
-            return super()._greedy_sample(hidden_states)
-        # [batch, vocab]
-        logits = self.model.compute_logits(hidden_states).float()
-        step.top_prob = torch.exp(
-            logits.max(dim=-1).values - torch.logsumexp(logits, dim=-1)
-        )
-        return logits.argmax(dim=-1)
-
-    def _sample_from_logits(self, logits, sampling_metadata):
-        token_ids, probs = super()._sample_from_logits(logits, sampling_metadata)
-        step = self._step
-        if step is not None and step.threshold is not None:
-            if probs is not None:  # [batch, vocab], after temperature
-                step.top_prob = probs.max(dim=-1).values
-            else:
-                step.top_prob = torch.softmax(logits.float(), dim=-1).max(dim=-1).values
-        return token_ids, probs
-
+    # -- the hook into vLLM's draft loop --------------------------------------
     def _sample_draft_tokens(self, hidden_states, sampling_metadata):
-        token_ids, probs = super()._sample_draft_tokens(hidden_states, sampling_metadata)
         step = self._step
-        if step is not None and step.record(token_ids, probs):
+        if step is None:
+            return super()._sample_draft_tokens(hidden_states, sampling_metadata)
+        if not step.needs_distribution:
+            token_ids, probs = super()._sample_draft_tokens(hidden_states, sampling_metadata)
+            distribution = None
+        else:
+            # [batch, vocab]
+            logits = self.model.compute_logits(hidden_states)
+            if self._enable_probabilistic_draft_probs and not sampling_metadata.all_greedy:
+                token_ids, probs = self._sample_from_logits(logits, sampling_metadata)
+            else:
+                token_ids, probs = logits.argmax(dim=-1), None
+            distribution = probs if probs is not None else self._draft_distribution(
+                logits, sampling_metadata)
+        if step.record(token_ids, probs, distribution):
             raise _EveryRequestStopped
         return token_ids, probs
+
+    @staticmethod
+    def _draft_distribution(logits: torch.Tensor, sampling_metadata) -> torch.Tensor:
+        """q: the draft's softmax at each request's temperature ([batch, vocab]).
+
+        Greedy requests use temperature 1 (the plain softmax); top-k/top-p are
+        not applied to the draft, as in vLLM's own probabilistic drafting.
+        """
+        logits = logits.float()
+        temperature = sampling_metadata.temperature
+        if temperature is not None and not sampling_metadata.all_greedy:
+            # [batch, 1]; vLLM marks greedy requests with a temperature <= 0
+            temperature = torch.where(temperature > 0, temperature,
+                                      torch.ones_like(temperature)).float()
+            logits = logits / temperature[: logits.shape[0]].unsqueeze(-1)
+        return torch.softmax(logits, dim=-1)

@@ -28,6 +28,10 @@ def spec(tiny, **overrides):
          ["confidence_threshold", "(0, 1)"]),
         ({"model": None}, ["'model'", "missing"]),
         ({"method": "gammatune_pls"}, ["gammatune_pls", "allowed", "gammatune_plus"]),
+        ({"method": "adasd", "adasd_mode": "gen"}, ["adasd_mode", "'gen'", "'generation'"]),
+        ({"method": "adasd", "adasd_window": 9}, ["adasd_window", "9", "[1, num_speculative_tokens=8]"]),
+        ({"method": "adasd", "adasd_window": 0}, ["adasd_window", "0"]),
+        ({"method": "adasd", "eta": 0.5}, ["eta", "not a parameter of method 'adasd'"]),
     ],
 )
 def test_bad_config_raises_at_llm(tiny, overrides, words):
@@ -46,11 +50,12 @@ def test_bad_config_raises_at_llm(tiny, overrides, words):
         assert word in str(info.value), (word, str(info.value))
 
 
-def test_draft_with_other_vocabulary(tiny):
+@pytest.mark.parametrize("method", ["gammatune", "adasd"])
+def test_draft_with_other_vocabulary(tiny, method):
     from vllm_gammatune.config import GammaTuneConfigError
 
     with pytest.raises(GammaTuneConfigError) as info:
-        make_llm(tiny["target"], spec(tiny, model=tiny["draft_other_vocab"]))
+        make_llm(tiny["target"], spec(tiny, method=method, model=tiny["draft_other_vocab"]))
     message = str(info.value)
     assert tiny["draft_other_vocab"] in message and "vocabulary" in message
 

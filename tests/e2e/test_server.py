@@ -6,6 +6,7 @@ the plugin registering itself in every process through its entry point.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -54,15 +55,14 @@ def http(method: str, url: str, body: dict | None = None, timeout: float = 120):
         return response.status, payload
 
 
-@pytest.fixture(scope="module")
-def server(tiny, tmp_path_factory):
+@contextlib.contextmanager
+def running_server(target: str, speculative_config: dict, log_dir):
     port = free_port()
-    log = tmp_path_factory.mktemp("server") / "server.log"
-    spec = {"method": "gammatune_plus", "model": tiny["draft"],
-            "num_speculative_tokens": 6, "confidence_threshold": 0.5}
+    log = log_dir / "server.log"
     with open(log, "w") as log_file:
-        proc = subprocess.Popen(serve_command(tiny["target"], spec, port), env=server_env(),
-                                stdout=log_file, stderr=subprocess.STDOUT, cwd=str(log.parent))
+        proc = subprocess.Popen(serve_command(target, speculative_config, port),
+                                env=server_env(), stdout=log_file,
+                                stderr=subprocess.STDOUT, cwd=str(log_dir))
     base = f"http://127.0.0.1:{port}"
     deadline = time.time() + STARTUP_TIMEOUT_S
     try:
@@ -85,6 +85,14 @@ def server(tiny, tmp_path_factory):
             proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+@pytest.fixture(scope="module")
+def server(tiny, tmp_path_factory):
+    spec = {"method": "gammatune_plus", "model": tiny["draft"],
+            "num_speculative_tokens": 6, "confidence_threshold": 0.5}
+    with running_server(tiny["target"], spec, tmp_path_factory.mktemp("server")) as base:
+        yield base
 
 
 PROMPT = "def add(a, b):"
@@ -144,3 +152,32 @@ def test_bad_config_fails_server_start_with_named_field(tiny):
                             capture_output=True, text=True, timeout=STARTUP_TIMEOUT_S)
     assert result.returncode != 0
     assert "speculative_config['eta']=2.0" in result.stdout + result.stderr
+
+
+def test_adasd_server_healthy_under_mixed_concurrent_requests(tiny, tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    spec = {"method": "adasd", "model": tiny["draft"], "num_speculative_tokens": 8}
+    with running_server(tiny["target"], spec, tmp_path) as base:
+        def one(i):
+            body = {"model": tiny["target"], "max_tokens": 8 + 4 * (i % 5),
+                    "temperature": [0.0, 0.7][i % 2], "seed": i}
+            if i % 3 == 0:
+                body["messages"] = [{"role": "user", "content": "hello " * (1 + i)}]
+                return http("POST", base + "/v1/chat/completions", body)
+            body["prompt"] = "def f(x):" * (1 + i % 4)
+            return http("POST", base + "/v1/completions", body)
+
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            results = list(pool.map(one, range(16)))
+        assert [status for status, _ in results] == [200] * 16
+        for i, (_, payload) in enumerate(results):
+            usage = json.loads(payload)["usage"]
+            assert usage["completion_tokens"] == 8 + 4 * (i % 5)
+        assert http("GET", base + "/health")[0] == 200
+        _, text = http("GET", base + "/metrics")
+    drafted = metric_value(text, "vllm:spec_decode_num_draft_tokens_total")
+    accepted = metric_value(text, "vllm:spec_decode_num_accepted_tokens_total")
+    assert 0 < accepted <= drafted
+    assert metric_value(text, "vllm:gammatune_adasd_relaxed_acceptances_total") >= 0
+    assert metric_value(text, "vllm:gammatune_adasd_mean_verification_threshold") >= 0

@@ -1,14 +1,19 @@
 """Patch of ``vllm.v1.worker.gpu_model_runner`` (CPU runner included: it subclasses it).
 
-What: ``GPUModelRunner.__init__`` -> ``runner_init.init_with_adaptive_drafter``.
+What:
+- ``GPUModelRunner.__init__`` -> ``runner_init.init_with_adaptive_drafter``.
+- ``GPUModelRunner._sample`` -> ``acceptance.sample_with_adasd``.
 Why: the runner picks its drafter in an if/elif chain inside ``__init__``;
   for a plugin method it must build ``AdaptiveDraftModelProposer`` (a subclass
-  of ``DraftModelProposer``, so vLLM's isinstance checks still hold).
-Remove when: vLLM offers a drafter factory or registry for plugins.
+  of ``DraftModelProposer``, so vLLM's isinstance checks still hold). AdaSD's
+  verification needs the step's ``req_ids``, which vLLM's rejection sampler is
+  not given; ``_sample`` makes them known for the duration of the call.
+Remove when: vLLM offers a drafter registry and per-request acceptance hooks.
 """
 
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
+from vllm_gammatune.acceptance import sample_with_adasd
 from vllm_gammatune.patches.base import rebind
 from vllm_gammatune.runner_init import init_with_adaptive_drafter
 
@@ -19,4 +24,10 @@ def apply() -> None:
         "__init__",
         init_with_adaptive_drafter,
         patch_id="gpu_model_runner.GPUModelRunner.__init__",
+    )
+    rebind(
+        GPUModelRunner,
+        "_sample",
+        sample_with_adasd,
+        patch_id="gpu_model_runner.GPUModelRunner._sample",
     )

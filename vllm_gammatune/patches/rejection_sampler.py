@@ -1,17 +1,23 @@
 """Patch of ``vllm.v1.sample.rejection_sampler``.
 
-What: ``expand_batch_to_tokens`` -> ``cpu_fixes.expand_batch_to_tokens``.
-Why: on the CPU (no Triton-CPU), vLLM 0.32's C++ fallback of ``expand_kernel``
+What:
+- ``expand_batch_to_tokens`` -> ``cpu_fixes.expand_batch_to_tokens``.
+- ``rejection_sample`` -> ``acceptance.rejection_sample_with_adasd``.
+Why (rejection_sample): AdaSD (lossy, opt-in) accepts a mismatching draft token
+  whose JS distance to the target is below the request's T_V; outside an
+  AdaSD step the original runs unchanged.
+Why (expand_batch_to_tokens): on the CPU (no Triton-CPU), vLLM 0.32's C++ fallback of ``expand_kernel``
   writes into a temporary int64 copy of the output, so the target's per-token
   temperature, top-k and top-p in rejection sampling are uninitialised memory:
   sampled speculative decoding is not lossless on the CPU, vLLM's own
   ``draft_model`` included. CUDA and other devices keep vLLM's kernel.
 Remove when: vLLM's ``cpu_triton_utils._expand_kernel_impl`` copies its result
-  back (as its sibling wrappers do).
+  back (as its sibling wrappers do); vLLM offers a per-request acceptance hook.
 """
 
 from vllm.v1.sample import rejection_sampler
 
+from vllm_gammatune.acceptance import rejection_sample_with_adasd
 from vllm_gammatune.cpu_fixes import expand_batch_to_tokens
 from vllm_gammatune.patches.base import rebind
 
@@ -22,4 +28,10 @@ def apply() -> None:
         "expand_batch_to_tokens",
         expand_batch_to_tokens,
         patch_id="rejection_sampler.expand_batch_to_tokens",
+    )
+    rebind(
+        rejection_sampler,
+        "rejection_sample",
+        rejection_sample_with_adasd,
+        patch_id="rejection_sampler.rejection_sample",
     )

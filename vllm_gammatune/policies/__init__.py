@@ -1,5 +1,6 @@
 """Draft-length policies: pure Python, no vLLM import (tested directly)."""
 
+from vllm_gammatune.policies.adasd import ADASD_MODES, AdaSDPolicy, AdaSDState
 from vllm_gammatune.policies.base import BatchView, DraftLengthPolicy
 from vllm_gammatune.policies.baselines import (
     AssistantThresholdPolicy,
@@ -9,6 +10,9 @@ from vllm_gammatune.policies.baselines import (
 from vllm_gammatune.policies.gammatune import GammaTunePolicy, GammaTuneState
 
 __all__ = [
+    "ADASD_MODES",
+    "AdaSDPolicy",
+    "AdaSDState",
     "AssistantThresholdPolicy",
     "BatchView",
     "DraftLengthPolicy",

@@ -1,0 +1,194 @@
+"""AdaSD's verification at vLLM's rejection-sampling step (the acceptance worker).
+
+LOSSY: with relaxation on, a draft token that differs from the target's may be
+accepted, so outputs may differ from the target alone. Only the ``adasd``
+method turns this on.
+
+Per request of the step (AdaSD paper, Algorithm 1 lines 8-19):
+
+- p_i: the target's distribution at draft position i, exactly what vLLM
+  samples from (``target_logits`` after logits processors, temperature,
+  top-k and top-p; plain softmax for greedy requests). q_i: the draft's
+  distribution at the request's temperature (``proposer._draft_distribution``,
+  or vLLM's own draft probs with ``draft_sample_method="probabilistic"``).
+  Both are the distributions the two models actually draw from, so the JS
+  distance measures the disagreement that matters for the tokens emitted.
+- y_i: the target's token at position i: argmax p_i (greedy) or a sample of
+  p_i (line 9, with the request's seeded generator when it has one).
+- Walk i = 1..w: x_i == y_i accepts; otherwise x_i is still accepted when
+  d_JS(p_i, q_i) < T_V (line 11, strict); the first token failing both ends
+  acceptance and y_i is emitted there (lines 14-17). When every token is
+  accepted, vLLM's bonus token (sampled from p_{w+1}) follows.
+- The state is then updated (lines 12-16, 18-19): accepted distances, and
+  the rejected token's entropy and distance.
+
+Gen-Only (``adasd_mode="generation"``) keeps vLLM's lossless rejection
+sampling and only learns T_G from the entropy of the first rejected token.
+
+The output has vLLM's shape ([batch, max_spec_len + 1], -1 after the last
+emitted token), so vLLM's scheduler counts accepted tokens, rolls back the KV
+cache of what was not accepted, and reports its spec-decode metrics as usual.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+
+import torch
+
+from vllm.logger import init_logger
+from vllm_gammatune.policies import AdaSDPolicy
+from vllm_gammatune.stats import js_distance
+
+logger = init_logger(__name__)
+
+#: The verifier of the step being sampled (set around ``GPUModelRunner._sample``).
+_ACTIVE = contextvars.ContextVar("vllm_gammatune_adasd_step", default=None)
+
+PLACEHOLDER_TOKEN_ID = -1
+GREEDY_TEMPERATURE = -1.0
+
+
+class AdaSDVerifier:
+    """Applies Algorithm 1's verification for one drafter (one worker)."""
+
+    def __init__(self, drafter):
+        assert isinstance(drafter.policy, AdaSDPolicy)
+        self.drafter = drafter
+        self.policy: AdaSDPolicy = drafter.policy
+
+    # -- vLLM hooks ------------------------------------------------------------
+    @contextlib.contextmanager
+    def step(self, req_ids: list[str]):
+        token = _ACTIVE.set((self, list(req_ids)))
+        try:
+            yield
+        finally:
+            _ACTIVE.reset(token)
+
+    def rejection_sample(
+        self,
+        req_ids: list[str],
+        original,
+        draft_token_ids: torch.Tensor,  # [num_tokens]
+        num_draft_tokens: list[int],
+        max_spec_len: int,
+        cu_num_draft_tokens: torch.Tensor,  # [batch_size]
+        draft_probs,
+        target_logits: torch.Tensor,  # [num_tokens, vocab]
+        bonus_token_ids: torch.Tensor,  # [batch_size, 1]
+        sampling_metadata,
+        **kwargs,
+    ) -> torch.Tensor:
+        # vLLM's lossless result: Gen-Only's verification, and the fallback for
+        # a request whose draft distributions are missing. The target logits
+        # are cloned because vLLM's rejection sampling may modify them.
+        standard = None
+        if not self.policy.relaxes_verification or any(
+            n and req_id not in self.drafter.pending_drafts
+            for req_id, n in zip(req_ids, num_draft_tokens)
+        ):
+            standard = original(draft_token_ids, num_draft_tokens, max_spec_len,
+                                cu_num_draft_tokens, draft_probs, target_logits.clone(),
+                                bonus_token_ids, sampling_metadata, **kwargs)
+        return self._verify(req_ids, standard, draft_token_ids, num_draft_tokens,
+                            max_spec_len, target_logits, bonus_token_ids,
+                            sampling_metadata)
+
+    # -- Algorithm 1, lines 8-19 -----------------------------------------------
+    def _verify(self, req_ids, standard, draft_token_ids, num_draft_tokens,
+                max_spec_len, target_logits, bonus_token_ids, sampling_metadata):
+        """[batch_size, max_spec_len + 1] emitted tokens, -1 after the last."""
+        policy = self.policy
+        states = self.drafter.request_states
+        pending = self.drafter.pending_drafts
+        # [batch_size, max_spec_len + 1]
+        output = torch.full((len(req_ids), max_spec_len + 1), PLACEHOLDER_TOKEN_ID,
+                            dtype=torch.int32, device=target_logits.device)
+        draft_ids = draft_token_ids.tolist()
+        bonus = bonus_token_ids.view(-1).tolist()
+        relaxed_total = 0
+        thresholds_g, thresholds_v = [], []
+        start = 0
+        for r, (req_id, n) in enumerate(zip(req_ids, num_draft_tokens)):
+            rows = slice(start, start + n)
+            start += n
+            if n == 0:
+                output[r, 0] = bonus[r]
+                continue
+            kept = pending.pop(req_id, None)
+            state = states.get(req_id)
+            if kept is None or kept[0].shape[0] < n:
+                # No draft distribution kept for this draft: verify exactly.
+                logger.warning_once("vllm-gammatune: AdaSD verification without "
+                                    "draft distributions; exact verification used")
+                output[r] = standard[r]
+                continue
+            q = kept[0][:n].float()  # [n, vocab]
+            entropies = kept[1][:n]  # [n]
+            thresholds_g.append(policy.generation_threshold(state))
+            thresholds_v.append(policy.verification_threshold(state))
+            if standard is not None:  # Gen-Only: vLLM's lossless result
+                output[r] = standard[r]
+                # emitted tokens = accepted drafts + one recovered or bonus token
+                accepted = sum(t != PLACEHOLDER_TOKEN_ID for t in standard[r].tolist()) - 1
+                rejected = None
+                if accepted < n:
+                    rejected = (float(entropies[accepted]), 0.0)
+                states.set(req_id, policy.observe_verification(
+                    state, [0.0] * accepted, rejected))
+                continue
+            # [n, vocab]
+            p = torch.softmax(target_logits[rows].float(), dim=-1)
+            distances = js_distance(p, q).tolist()  # [n]
+            targets = self._target_tokens(p, r, sampling_metadata)  # [n]
+            accepted_distances, rejected = [], None
+            for i in range(n):
+                x = draft_ids[rows][i]
+                if x == targets[i] or policy.accepts_mismatch(state, distances[i]):
+                    relaxed_total += x != targets[i]
+                    accepted_distances.append(distances[i])
+                    output[r, i] = x
+                    continue
+                rejected = (float(entropies[i]), distances[i])
+                output[r, i] = targets[i]
+                break
+            else:
+                output[r, n] = bonus[r]
+            states.set(req_id, policy.observe_verification(
+                state, accepted_distances, rejected))
+        counters = self.drafter._counters
+        if counters is not None:
+            counters.record_verification(relaxed_total, thresholds_g, thresholds_v)
+        return output
+
+    @staticmethod
+    def _target_tokens(p: torch.Tensor, r: int, sampling_metadata) -> list[int]:
+        """y_i: argmax p_i for greedy requests, else a sample of p_i (line 9)."""
+        temperature = sampling_metadata.temperature
+        greedy = sampling_metadata.all_greedy or (
+            temperature is not None and float(temperature[r]) <= 0
+        )
+        if greedy:
+            return p.argmax(dim=-1).tolist()
+        generator = sampling_metadata.generators.get(r)
+        return torch.multinomial(p, 1, generator=generator).view(-1).tolist()
+
+
+def sample_with_adasd(original_sample, runner, *args, **kwargs):
+    """``GPUModelRunner._sample`` that makes the step's req_ids known to AdaSD."""
+    verifier = getattr(getattr(runner, "drafter", None), "adasd_verifier", None)
+    if verifier is None:
+        return original_sample(runner, *args, **kwargs)
+    with verifier.step(runner.input_batch.req_ids):
+        return original_sample(runner, *args, **kwargs)
+
+
+def rejection_sample_with_adasd(original, *args, **kwargs):
+    """``rejection_sampler.rejection_sample`` that applies AdaSD when active."""
+    active = _ACTIVE.get()
+    if active is None:
+        return original(*args, **kwargs)
+    verifier, req_ids = active
+    return verifier.rejection_sample(req_ids, original, *args, **kwargs)
