@@ -45,6 +45,13 @@ def projected_speedup(row: dict, c: float) -> float:
     return c / (c * row["target_passes_per_token"] + draft_forwards_per_token(row))
 
 
+def label(row: dict) -> str:
+    variant = row.get("variant") or {}
+    if not variant:
+        return row["method"]
+    return row["method"] + " (" + ", ".join(f"{k}={v}" for k, v in sorted(variant.items())) + ")"
+
+
 def fmt(value, digits=2) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
@@ -83,11 +90,11 @@ def build_report(rows: list[dict], context: dict) -> str:
             + " | ".join(f"proj. c={c}" for c in PROJECTED_C) + " |",
             "|---|---|---|---|---|---|---|---|---|---|---|" + "---|" * len(PROJECTED_C),
         ]
-        for cell in sorted(cells, key=lambda c: (c["method"], c["k"])):
+        for cell in sorted(cells, key=lambda c: (label(c), c["k"])):
             tps = cell["tokens_per_second"]
             same_k = fixed.get(cell["k"])
             lines.append(
-                f"| {cell['method']} | {cell['k'] or '-'} | {tps:.2f} | "
+                f"| {label(cell)} | {cell['k'] or '-'} | {tps:.2f} | "
                 f"{fmt(tps / no_spec['tokens_per_second']) if no_spec else '-'} | "
                 f"{fmt(tps / same_k['tokens_per_second']) if same_k else '-'} | "
                 f"{fmt(tps / best_fixed['tokens_per_second']) if best_fixed else '-'} | "
@@ -101,7 +108,7 @@ def build_report(rows: list[dict], context: dict) -> str:
         for cell in cells:
             same_k = fixed.get(cell["k"])
             if same_k and cell["method"] != "no_spec":
-                summary[cell["method"]].append(
+                summary[label(cell)].append(
                     cell["tokens_per_second"] / same_k["tokens_per_second"])
         if summary:
             lines += ["Speedup over vLLM fixed K at the same initial length, mean ± std "
@@ -127,7 +134,7 @@ def plot(rows: list[dict], path: Path) -> None:
         methods = defaultdict(list)
         for r in rows:
             if r["batch_size"] == batch_size:
-                methods[r["method"]].append(r["tokens_per_second"])
+                methods[label(r)].append(r["tokens_per_second"])
         names = sorted(methods)
         means = [statistics.mean(methods[m]) for m in names]
         stds = [statistics.stdev(methods[m]) if len(methods[m]) > 1 else 0 for m in names]

@@ -53,8 +53,10 @@ def load_prompts(dataset: str, per_category: int, split: str, limit: int | None)
     return [(cat, [{"role": "user", "content": text}]) for cat, text in prompts]
 
 
-def cell_key(method: str, k: int, batch_size: int, temperature: float) -> str:
-    return f"{method}|k={k}|b={batch_size}|t={temperature}"
+def cell_key(method: str, k: int, batch_size: int, temperature: float,
+             variant: dict | None = None) -> str:
+    suffix = f"|{json.dumps(variant, sort_keys=True)}" if variant else ""
+    return f"{method}|k={k}|b={batch_size}|t={temperature}{suffix}"
 
 
 def done_keys(path: Path) -> set[str]:
@@ -95,8 +97,12 @@ def main() -> None:
     parser.add_argument("--limit", type=int)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--temperature", type=float, default=0.0)
+    parser.add_argument("--stop-at-eos", action="store_true",
+                        help="let requests end at EOS (quality runs); default: "
+                             "ignore EOS so every method generates the same lengths")
     parser.add_argument("--method-args", default="{}",
-                        help="JSON merged into every plugin method's speculative_config")
+                        help="JSON merged into every plugin method's speculative_config "
+                             "(a parameter variant: part of each cell's key)")
     args = parser.parse_args()
 
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "0-1")
@@ -123,22 +129,24 @@ def main() -> None:
     from vllm import SamplingParams
 
     params = SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens,
-                            ignore_eos=True, seed=0)
+                            ignore_eos=not args.stop_at_eos, seed=0)
     plan = []
     for method in args.methods.split(","):
         if method not in METHODS:
             sys.exit(f"--methods: unknown {method!r}; allowed: {', '.join(METHODS)}")
+        variant = extra if is_plugin_method(method) else {}
         for k in [0] if method == "no_spec" else ks:
             todo = [b for b in batch_sizes
-                    if cell_key(method, k, b, args.temperature) not in done_keys(results)]
+                    if cell_key(method, k, b, args.temperature, variant)
+                    not in done_keys(results)]
             if todo:
-                plan.append((method, k, todo))
-    total = sum(len(todo) for _, _, todo in plan)
+                plan.append((method, k, todo, variant))
+    total = sum(len(todo) for _, _, todo, _ in plan)
     bar = tqdm(total=total, desc="cells", unit="cell")
-    for method, k, todo in plan:
+    for method, k, todo, variant in plan:
         spec = METHODS[method](draft, max(k, 1), args.cap)
-        if spec is not None and is_plugin_method(spec["method"]):
-            spec = {**spec, **extra}
+        if spec is not None:
+            spec = {**spec, **variant}
         llm = start_llm(target, spec, max_model_len=4096, dtype="bfloat16",
                         max_num_seqs=max(batch_sizes))
         try:
@@ -152,14 +160,15 @@ def main() -> None:
                 started = time.time()
                 result = measure(llm, method, k, conversations, params, batch_size,
                                  on_outputs=on_outputs)
-                row = {"key": cell_key(method, k, batch_size, args.temperature),
-                       "temperature": args.temperature, "max_tokens": args.max_tokens,
+                row = {"key": cell_key(method, k, batch_size, args.temperature, variant),
+                       "variant": variant, "temperature": args.temperature, "max_tokens": args.max_tokens,
                        "dataset": args.dataset, "speculative_config": spec,
                        "started": started, **result.to_dict()}
                 for cat, output in zip(categories, outputs_seen):
                     per_category[cat][0] += len(output.outputs[0].token_ids)
                 row["tokens_per_category"] = {c: v[0] for c, v in per_category.items()}
                 row["texts"] = [o.outputs[0].text for o in outputs_seen]
+                row["token_ids"] = [list(o.outputs[0].token_ids) for o in outputs_seen]
                 with results.open("a") as f:
                     f.write(json.dumps(row) + "\n")
                 bar.set_postfix_str(f"{method} k={k} b={batch_size}: "

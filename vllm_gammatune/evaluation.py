@@ -46,6 +46,15 @@ METHODS: dict[str, MethodFactory] = {
     "gammatune_plus": lambda draft, k, cap: {
         "method": "gammatune_plus", "model": draft, "num_speculative_tokens": max(k, cap),
         "gamma_init": k},
+    # AdaSD (lossy) ignores k: its window is the paper's W = 20.
+    "adasd": lambda draft, k, cap: {
+        "method": "adasd", "model": draft, "num_speculative_tokens": 20},
+    "adasd_gen": lambda draft, k, cap: {
+        "method": "adasd", "model": draft, "num_speculative_tokens": 20,
+        "adasd_mode": "generation"},
+    "adasd_verify": lambda draft, k, cap: {
+        "method": "adasd", "model": draft, "num_speculative_tokens": 20,
+        "adasd_mode": "verification"},
 }
 
 _COUNTERS = {
@@ -54,6 +63,7 @@ _COUNTERS = {
     "accepted": "vllm:spec_decode_num_accepted_tokens",
     "confidence_stops": "vllm:gammatune_confidence_stops",
     "draft_forward_passes": "vllm:gammatune_draft_forward_passes",
+    "relaxed_acceptances": "vllm:gammatune_adasd_relaxed_acceptances",
 }
 
 
@@ -79,6 +89,7 @@ class Measurement:
     accepted: float
     confidence_stops: float
     draft_forward_passes: float
+    relaxed_acceptances: float
 
     @property
     def tokens_per_second(self) -> float:
