@@ -17,6 +17,8 @@ The plugin adds, per engine:
   forwards the drafter ran (vLLM's fixed-K drafter runs K per step);
 - ``vllm:gammatune_tracked_requests`` (gauge): requests with policy state in
   the worker;
+- ``vllm:gammatune_plugin_seconds`` (counter): time in the plugin's own
+  drafter code (its overhead, apart from the draft model);
 - AdaSD only: ``vllm:gammatune_adasd_entropy_stops`` and
   ``..._relaxed_acceptances`` (counters), ``..._mean_generation_threshold``
   and ``..._mean_verification_threshold`` (gauges, mean over verifications).
@@ -55,6 +57,7 @@ _HEADER_FIELDS = (
     "generation_threshold_micro_sum",
     "verification_threshold_micro_sum",
     "num_threshold_samples",
+    "plugin_micros",
 )
 _INT64 = struct.Struct("<q")
 
@@ -106,6 +109,7 @@ class StepCounters:
         tracked_requests: int,
         num_draft_forward_passes: int = 0,
         num_entropy_stops: int = 0,
+        policy_seconds: float | None = None,
     ) -> None:
         """Add one drafting step (one entry per request that drafted)."""
         base = len(_HEADER_FIELDS)
@@ -118,6 +122,8 @@ class StepCounters:
         self._set(4, tracked_requests)
         self._add(5, num_draft_forward_passes)
         self._add(6, num_entropy_stops)
+        if policy_seconds is not None:
+            self._set(11, round(policy_seconds * 1e6))
 
     def record_verification(
         self,
@@ -209,6 +215,12 @@ class _PrometheusCollector:
             "AdaSD: mean T_V over all verifications so far.",
             labels=labels,
         )
+        plugin_seconds = CounterMetricFamily(
+            "vllm:gammatune_plugin_seconds",
+            "Time in the plugin's own drafter code (planning, observing, cutting "
+            "drafts), not in the draft model.",
+            labels=labels,
+        )
         forwards = CounterMetricFamily(
             "vllm:gammatune_draft_forward_passes",
             "Batched forward passes of the draft model run by the plugin's drafter.",
@@ -242,8 +254,9 @@ class _PrometheusCollector:
             samples = max(1, snap["num_threshold_samples"])
             mean_tg.add_metric(label_values, snap["generation_threshold_micro_sum"] / 1e6 / samples)
             mean_tv.add_metric(label_values, snap["verification_threshold_micro_sum"] / 1e6 / samples)
+            plugin_seconds.add_metric(label_values, snap["plugin_micros"] / 1e6)
         yield from (length, planned, stops, forwards, tracked, entropy_stops, relaxed,
-                    mean_tg, mean_tv)
+                    mean_tg, mean_tv, plugin_seconds)
 
 
 _collector: _PrometheusCollector | None = None

@@ -155,7 +155,9 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
                 )
             except OSError as exc:  # another node: metrics stay vLLM's only
                 logger.warning("vllm-gammatune: metrics file not reachable: %s", exc)
-        #: seconds spent in the plugin's own code (policy, book-keeping)
+        #: seconds spent in the plugin's own code per engine lifetime (planning,
+        #: observing, cutting drafts; not the draft model), exported as
+        #: ``vllm:gammatune_plugin_seconds``
         self.policy_seconds = 0.0
         logger.info(
             "vllm-gammatune: drafting with method=%s %s",
@@ -223,6 +225,8 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
         req_ids = list(runner.input_batch.req_ids)
         batch = BatchView(batch_size=len(req_ids))
         self.request_states.forget_missing(runner.requests)
+        for req_id in [r for r in self.pending_drafts if r not in runner.requests]:
+            del self.pending_drafts[req_id]
         self._observe_verification(req_ids, batch)
         step = self._plan(req_ids, batch, num_speculative_tokens)
         self._step = step
@@ -244,8 +248,8 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
         drafts = [row[:n] for row, n in zip(rows, lengths)]
         if step.keep_distributions:
             self._keep_draft_distributions(req_ids, lengths, step)
-        self._record_metrics(drafts, step.planned.tolist(), step)
         self.policy_seconds += time.perf_counter() - start
+        self._record_metrics(drafts, step.planned.tolist(), step)
         return drafts
 
     def _keep_draft_distributions(self, req_ids, lengths, step: _DraftStep) -> None:
@@ -258,10 +262,10 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
         # [batch, drafted, vocab] and [batch, drafted]
         distributions = torch.stack(step.distributions, dim=1).to(torch.bfloat16)
         entropies = torch.stack(step.entropies, dim=1)
-        self.pending_drafts = {
-            req_id: (distributions[i, :n], entropies[i, :n])
+        self.pending_drafts.update(
+            (req_id, (distributions[i, :n], entropies[i, :n]))
             for i, (req_id, n) in enumerate(zip(req_ids, lengths))
-        }
+        )
 
     def _record_metrics(self, drafts, planned, step: _DraftStep) -> None:
         if self._counters is None:
@@ -279,6 +283,7 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
             len(self.request_states),
             num_draft_forward_passes=len(step.token_ids),
             num_entropy_stops=num_early if entropy_stops else 0,
+            policy_seconds=self.policy_seconds,
         )
 
     # -- the hook into vLLM's draft loop --------------------------------------
