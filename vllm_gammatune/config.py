@@ -161,8 +161,16 @@ def _unknown_method_message(method: object) -> str:
     )
 
 
-def _require_int(key: str, value: Any, allowed: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
+def _require_int(
+    key: str, value: Any, allowed: str, low: int, high: int | None = None
+) -> int:
+    """An integer in [low, high] (no upper bound when high is None)."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or value < low
+        or (high is not None and value > high)
+    ):
         raise GammaTuneConfigError(
             f"speculative_config[{key!r}]={value!r} is not allowed: "
             f"must be an integer {allowed}"
@@ -246,40 +254,26 @@ def split_speculative_config(
         "num_speculative_tokens",
         config.get("num_speculative_tokens", default_cap),
         ">= 1 (the cap on every draft, gamma_max)",
-    )
-    if cap < 1:
-        raise GammaTuneConfigError(
-            f"speculative_config['num_speculative_tokens']={cap} is not allowed: "
-            "must be >= 1 (the cap on every draft, gamma_max)"
-        )
-    gamma_init = _require_int(
-        "gamma_init",
-        config.get("gamma_init", min(DEFAULT_GAMMA_INIT, cap)),
-        f"in [gamma_min, num_speculative_tokens={cap}]",
+        low=1,
     )
     gamma_min = _require_int(
         "gamma_min",
         config.get("gamma_min", DEFAULT_GAMMA_MIN),
-        f"in [1, num_speculative_tokens={cap}]",
+        f"in [1, gamma_max] where gamma_max = num_speculative_tokens = {cap}",
+        low=1,
+        high=cap,
     )
-    if not 1 <= gamma_min <= cap:
-        raise GammaTuneConfigError(
-            f"speculative_config['gamma_min']={gamma_min} is not allowed: must be "
-            f"in [1, gamma_max] where gamma_max = num_speculative_tokens = {cap}"
-        )
-    if not gamma_min <= gamma_init <= cap:
-        raise GammaTuneConfigError(
-            f"speculative_config['gamma_init']={gamma_init} is not allowed: must be "
-            f"in [gamma_min={gamma_min}, num_speculative_tokens={cap}]"
-        )
+    gamma_init = _require_int(
+        "gamma_init",
+        config.get("gamma_init", min(max(DEFAULT_GAMMA_INIT, gamma_min), cap)),
+        f"in [gamma_min={gamma_min}, num_speculative_tokens={cap}]",
+        low=gamma_min,
+        high=cap,
+    )
     eta = _require_fraction(
         "eta", config.get("eta", DEFAULT_ETA), "(0, 1]", lambda v: 0.0 < v <= 1.0
     )
-    delta = _require_int("delta", config.get("delta", DEFAULT_DELTA), ">= 0")
-    if delta < 0:
-        raise GammaTuneConfigError(
-            f"speculative_config['delta']={delta} is not allowed: must be >= 0"
-        )
+    delta = _require_int("delta", config.get("delta", DEFAULT_DELTA), ">= 0", low=0)
     threshold = None
     if "confidence_threshold" in allowed_plugin_keys:
         threshold = _require_fraction(
@@ -302,12 +296,9 @@ def split_speculative_config(
             "adasd_window",
             config.get("adasd_window", cap),
             f"in [1, num_speculative_tokens={cap}] (AdaSD's window W)",
+            low=1,
+            high=cap,
         )
-        if not 1 <= adasd_window <= cap:
-            raise GammaTuneConfigError(
-                f"speculative_config['adasd_window']={adasd_window} is not allowed: "
-                f"AdaSD's window W must be in [1, num_speculative_tokens={cap}]"
-            )
 
     settings = GammaTuneSettings(
         method=method,
