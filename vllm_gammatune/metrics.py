@@ -74,6 +74,11 @@ class StepCounters:
         if owner:
             with open(path, "wb") as f:
                 f.write(b"\0" * size)
+        elif os.path.getsize(path) != size:
+            raise ValueError(
+                f"counter file {path} has {os.path.getsize(path)} bytes, this "
+                f"plugin version expects {size}"
+            )
         self._file = open(path, "r+b")
         self._map = mmap.mmap(self._file.fileno(), size)
         self._owner = owner

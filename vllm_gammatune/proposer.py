@@ -153,8 +153,11 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
                 self._counters = StepCounters.attach(
                     metrics_path, settings.num_speculative_tokens
                 )
-            except OSError as exc:  # another node: metrics stay vLLM's only
-                logger.warning("vllm-gammatune: metrics file not reachable: %s", exc)
+            except (OSError, ValueError) as exc:
+                # Another node, or a front end of another plugin version: the
+                # plugin's metrics are lost, the engine runs on.
+                logger.warning("vllm-gammatune: metrics file unusable (%s); the "
+                               "plugin's own metrics are off", exc)
         #: seconds spent in the plugin's own code per engine lifetime (planning,
         #: observing, cutting drafts; not the draft model), exported as
         #: ``vllm:gammatune_plugin_seconds``

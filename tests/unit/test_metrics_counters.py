@@ -24,3 +24,14 @@ def test_counters_shared_between_writer_and_reader(tmp_path):
         owner.remove()
     import os
     assert not os.path.exists(owner.path)
+
+
+def test_attach_refuses_a_file_of_another_layout():
+    import pytest
+
+    owner = StepCounters.create(4)
+    try:
+        with pytest.raises(ValueError, match="expects"):
+            StepCounters.attach(owner.path, 8)
+    finally:
+        owner.remove()
