@@ -10,7 +10,9 @@ c = T_target / T_draft (GammaTune paper, eq. 6) from the measured counts, as
 if a verification of several tokens cost one target pass (true on a GPU in
 the memory-bound regime, not on this CPU): time per generated token in draft
 forwards is c * target_passes_per_token + draft_forwards_per_token, against c
-for no speculation. vLLM's fixed-K drafter runs K draft forwards per step.
+for no speculation. vLLM's fixed-K drafter runs K draft forwards per step
+(estimated from its counters: exact at batch 1); the plugin's drafter counts
+its forwards.
 """
 
 from __future__ import annotations
@@ -35,7 +37,10 @@ def draft_forwards_per_token(row: dict) -> float:
     if row.get("draft_forward_passes_per_token"):
         return row["draft_forward_passes_per_token"]
     if row["method"] == "vllm_draft_model":
-        return row["k"] * row["target_passes_per_token"]
+        # K forwards per propose call; at batch 1 every verified draft had a
+        # call, plus each request's last (unverified) one.
+        calls = (row["drafts"] + row["num_requests"]) / row["batch_size"]
+        return row["k"] * calls / row["output_tokens"]
     return 0.0
 
 

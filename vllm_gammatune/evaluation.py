@@ -64,7 +64,7 @@ _COUNTERS = {
     "confidence_stops": "vllm:gammatune_confidence_stops",
     "draft_forward_passes": "vllm:gammatune_draft_forward_passes",
     "relaxed_acceptances": "vllm:gammatune_adasd_relaxed_acceptances",
-    "plugin_seconds": "vllm:gammatune_plugin_seconds",
+    "plugin_time_us": "vllm:gammatune_plugin_time_us",
 }
 
 
@@ -91,7 +91,7 @@ class Measurement:
     confidence_stops: float
     draft_forward_passes: float
     relaxed_acceptances: float
-    plugin_seconds: float
+    plugin_time_us: float
 
     @property
     def tokens_per_second(self) -> float:

@@ -17,8 +17,8 @@ The plugin adds, per engine:
   forwards the drafter ran (vLLM's fixed-K drafter runs K per step);
 - ``vllm:gammatune_tracked_requests`` (gauge): requests with policy state in
   the worker;
-- ``vllm:gammatune_plugin_seconds`` (counter): time in the plugin's own
-  drafter code (its overhead, apart from the draft model);
+- ``vllm:gammatune_plugin_time_us`` (counter): microseconds in the plugin's
+  own drafter code (its overhead, apart from the draft model);
 - AdaSD only: ``vllm:gammatune_adasd_entropy_stops`` and
   ``..._relaxed_acceptances`` (counters), ``..._mean_generation_threshold``
   and ``..._mean_verification_threshold`` (gauges, mean over verifications).
@@ -221,9 +221,10 @@ class _PrometheusCollector:
             labels=labels,
         )
         plugin_seconds = CounterMetricFamily(
-            "vllm:gammatune_plugin_seconds",
-            "Time in the plugin's own drafter code (planning, observing, cutting "
-            "drafts), not in the draft model.",
+            # microseconds, not seconds: LLM.get_metrics() reads counters as ints
+            "vllm:gammatune_plugin_time_us",
+            "Microseconds in the plugin's own drafter code (planning, observing, "
+            "cutting drafts), not in the draft model.",
             labels=labels,
         )
         forwards = CounterMetricFamily(
@@ -259,7 +260,7 @@ class _PrometheusCollector:
             samples = max(1, snap["num_threshold_samples"])
             mean_tg.add_metric(label_values, snap["generation_threshold_micro_sum"] / 1e6 / samples)
             mean_tv.add_metric(label_values, snap["verification_threshold_micro_sum"] / 1e6 / samples)
-            plugin_seconds.add_metric(label_values, snap["plugin_micros"] / 1e6)
+            plugin_seconds.add_metric(label_values, snap["plugin_micros"])
         yield from (length, planned, stops, forwards, tracked, entropy_stops, relaxed,
                     mean_tg, mean_tv, plugin_seconds)
 

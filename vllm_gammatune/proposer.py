@@ -160,7 +160,7 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
                                "plugin's own metrics are off", exc)
         #: seconds spent in the plugin's own code per engine lifetime (planning,
         #: observing, cutting drafts; not the draft model), exported as
-        #: ``vllm:gammatune_plugin_seconds``
+        #: ``vllm:gammatune_plugin_time_us``
         self.policy_seconds = 0.0
         logger.info(
             "vllm-gammatune: drafting with method=%s %s",

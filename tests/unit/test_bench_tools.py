@@ -27,6 +27,7 @@ def test_differing_share_counts_positions_and_length():
 
 def cell(method, k, tps, passes=0.5, forwards=None):
     return {"method": method, "k": k, "batch_size": 1, "temperature": 0.0,
+            "drafts": 10, "num_requests": 1, "output_tokens": 40,
             "tokens_per_second": tps, "mean_accepted_length": 2.0,
             "acceptance_rate": 0.5, "mean_draft_length": k, "target_passes_per_token": passes,
             "draft_forward_passes_per_token": forwards}
@@ -34,7 +35,9 @@ def cell(method, k, tps, passes=0.5, forwards=None):
 
 def test_projection_uses_eq6_and_fixed_k_forwards():
     fixed = cell("vllm_draft_model", 4, 8.0, passes=0.4)
-    # c / (c * passes + k * passes) = 10 / (4 + 1.6)
+    fixed.update(drafts=38, num_requests=2, output_tokens=100)
+    # K forwards per call, calls = drafts + requests: 4 * 40 / 100 = 1.6 per token;
+    # c / (c * passes + 1.6) = 10 / (4 + 1.6)
     assert report.projected_speedup(fixed, 10) == pytest.approx(10 / 5.6)
     adaptive = cell("gammatune", 4, 9.0, passes=0.4, forwards=1.0)
     assert report.projected_speedup(adaptive, 10) == pytest.approx(10 / 5.0)

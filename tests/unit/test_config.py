@@ -33,6 +33,9 @@ def test_gammatune_plus_default_threshold_and_roundtrip():
     assert settings.num_speculative_tokens == 16
     assert settings.confidence_threshold == DEFAULT_CONFIDENCE_THRESHOLD
     assert GammaTuneSettings.from_dict(settings.to_dict()) == settings
+    assistant, _ = split(method="assistant_threshold", model="d")
+    assert assistant.confidence_threshold == 0.4  # Hugging Face's default
+    assert settings.confidence_threshold != assistant.confidence_threshold
     hf, _ = split(method="hf_heuristic", model="d", gamma_init=2)
     assert isinstance(hf.make_policy(), HFHeuristicPolicy)
 
