@@ -143,9 +143,6 @@ class StepCounters:
         self._add(9, round(sum(verification_thresholds) * 1e6))
         self._add(10, len(verification_thresholds))
 
-    def set_tracked_requests(self, tracked_requests: int) -> None:
-        self._set(4, tracked_requests)
-
     def snapshot(self) -> dict[str, object]:
         values = {name: self._read(i) for i, name in enumerate(_HEADER_FIELDS)}
         base = len(_HEADER_FIELDS)

@@ -45,9 +45,6 @@ class RequestStateTable(Generic[S]):
     def set(self, req_id: str, state: Any) -> None:
         self._states[req_id] = state
 
-    def forget(self, req_id: str) -> None:
-        self._states.pop(req_id, None)
-
     def forget_missing(self, live_req_ids: Collection[str]) -> int:
         """Drop every state whose request is not live; return how many."""
         gone = [req_id for req_id in self._states if req_id not in live_req_ids]

@@ -39,10 +39,3 @@ def rebind(owner: Any, name: str, replacement: Callable[..., Any], patch_id: str
 
     setattr(patched, _MARK, patch_id)
     setattr(owner, name, patched)
-
-
-def unbind(owner: Any, name: str) -> None:
-    """Restore the original (tests only)."""
-    current = getattr(owner, name)
-    if getattr(current, _MARK, None) is not None:
-        setattr(owner, name, current.__wrapped__)
