@@ -86,7 +86,7 @@ class AdaSDVerifier:
         # are cloned because vLLM's rejection sampling may modify them.
         standard = None
         if not self.policy.relaxes_verification or any(
-            n and req_id not in self.drafter.pending_drafts
+            n and not self._has_draft(req_id, n)
             for req_id, n in zip(req_ids, num_draft_tokens)
         ):
             standard = original(draft_token_ids, num_draft_tokens, max_spec_len,
@@ -95,6 +95,13 @@ class AdaSDVerifier:
         return self._verify(req_ids, standard, draft_token_ids, num_draft_tokens,
                             max_spec_len, target_logits, bonus_token_ids,
                             sampling_metadata)
+
+    def _has_draft(self, req_id: str, n: int) -> bool:
+        """Whether what this mode's verification needs was kept for n tokens."""
+        kept = self.drafter.pending_drafts.get(req_id)
+        if kept is None or kept[1].shape[0] < n:
+            return False
+        return not self.policy.relaxes_verification or kept[0] is not None
 
     # -- Algorithm 1, lines 8-19 -----------------------------------------------
     def _verify(self, req_ids, standard, draft_token_ids, num_draft_tokens,
@@ -117,19 +124,19 @@ class AdaSDVerifier:
             if n == 0:
                 output[r, 0] = bonus[r]
                 continue
-            kept = pending.pop(req_id, None)
             state = states.get(req_id)
-            if kept is None or kept[0].shape[0] < n:
-                # No draft distribution kept for this draft: verify exactly.
+            if not self._has_draft(req_id, n):
+                # Nothing kept for this draft: verify exactly, learn nothing.
                 logger.warning_once("vllm-gammatune: AdaSD verification without "
                                     "draft distributions; exact verification used")
+                pending.pop(req_id, None)
                 output[r] = standard[r]
                 continue
-            q = kept[0][:n].float()  # [n, vocab]
+            kept = pending.pop(req_id)
             entropies = kept[1][:n]  # [n]
             thresholds_g.append(policy.generation_threshold(state))
             thresholds_v.append(policy.verification_threshold(state))
-            if standard is not None:  # Gen-Only: vLLM's lossless result
+            if not policy.relaxes_verification:  # Gen-Only: vLLM's lossless result
                 output[r] = standard[r]
                 # emitted tokens = accepted drafts + one recovered or bonus token
                 accepted = sum(t != PLACEHOLDER_TOKEN_ID for t in standard[r].tolist()) - 1
@@ -139,6 +146,7 @@ class AdaSDVerifier:
                 states.set(req_id, policy.observe_verification(
                     state, [0.0] * accepted, rejected))
                 continue
+            q = kept[0][:n].float()  # [n, vocab]
             # [n, vocab]
             p = torch.softmax(target_logits[rows].float(), dim=-1)
             distances = js_distance(p, q).tolist()  # [n]

@@ -57,8 +57,10 @@ class _DraftStep:
             top draft probability is below its threshold (GammaTune+,
             AssistantThreshold); with ``stop_on="entropy"`` after a token whose
             draft entropy exceeds it (AdaSD's T_G, Algorithm 1 line 6).
-        keep_distributions: keep every step's draft distribution (AdaSD's
-            relaxed verification needs q_i).
+        keep_entropies: keep every step's H(q_i) (AdaSD learns T_G from the
+            entropy of the first rejected draft token).
+        keep_distributions: keep every step's draft distribution q_i (AdaSD's
+            relaxed verification needs it; Gen-Only does not).
     """
 
     def __init__(
@@ -67,11 +69,13 @@ class _DraftStep:
         device: torch.device,
         stop_thresholds: torch.Tensor | None = None,
         stop_on: str = "confidence",
+        keep_entropies: bool = False,
         keep_distributions: bool = False,
     ):
         self.num_steps = max(planned)
         self.stop_thresholds = stop_thresholds
         self.stop_on = stop_on
+        self.keep_entropies = keep_entropies
         self.keep_distributions = keep_distributions
         # [batch]
         self.planned = torch.tensor(planned, dtype=torch.int32, device=device)
@@ -88,7 +92,8 @@ class _DraftStep:
 
     @property
     def needs_distribution(self) -> bool:
-        return self.stop_thresholds is not None or self.keep_distributions
+        return (self.stop_thresholds is not None or self.keep_entropies
+                or self.keep_distributions)
 
     def record(
         self,
@@ -103,13 +108,15 @@ class _DraftStep:
         position = len(self.token_ids)  # tokens drafted so far, 1-based
         reached_plan = self.planned <= position
         if distribution is not None:
+            entropy = None
+            if self.keep_entropies or self.stop_on == "entropy":
+                entropy = entropy_bits(distribution)  # [batch]
+            if self.keep_entropies:
+                self.entropies.append(entropy)
             if self.keep_distributions:
                 self.distributions.append(distribution)
-                self.entropies.append(entropy_bits(distribution))
             if self.stop_thresholds is not None:
                 if self.stop_on == "entropy":
-                    entropy = (self.entropies[-1] if self.keep_distributions
-                               else entropy_bits(distribution))
                     stop = entropy > self.stop_thresholds
                 else:
                     stop = distribution.max(dim=-1).values < self.stop_thresholds
@@ -139,9 +146,9 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
         self._step: _DraftStep | None = None
         # (num_draft_tokens per request, [num_reqs] valid sampled counts)
         self._pending_verification: tuple[list[int], torch.Tensor] | None = None
-        #: AdaSD: req_id -> ([drafted, vocab] q_i, [drafted] H(q_i)) of its
-        #: latest draft, read by ``acceptance.AdaSDVerifier``
-        self.pending_drafts: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        #: AdaSD: req_id -> ([drafted, vocab] q_i or None in Gen-Only,
+        #: [drafted] H(q_i)) of its latest draft, read by ``acceptance.AdaSDVerifier``
+        self.pending_drafts: dict[str, tuple[torch.Tensor | None, torch.Tensor]] = {}
         #: AdaSD's verification at the rejection-sampling step, or None
         self.adasd_verifier = (
             AdaSDVerifier(self) if isinstance(self.policy, AdaSDPolicy) else None
@@ -213,7 +220,8 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
                     [policy.generation_threshold(s) for s in states],
                     dtype=torch.float32, device=self.device)
             return _DraftStep(planned, self.device, thresholds, stop_on="entropy",
-                              keep_distributions=True)
+                              keep_entropies=True,
+                              keep_distributions=policy.relaxes_verification)
         thresholds = None
         if policy.confidence_threshold is not None:
             thresholds = torch.full((len(planned),), policy.confidence_threshold,
@@ -249,24 +257,28 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
         lengths = step.lengths.tolist()
         rows = draft_token_ids.tolist()
         drafts = [row[:n] for row, n in zip(rows, lengths)]
-        if step.keep_distributions:
+        if step.keep_entropies:
             self._keep_draft_distributions(req_ids, lengths, step)
         self.policy_seconds += time.perf_counter() - start
         self._record_metrics(drafts, step.planned.tolist(), step)
         return drafts
 
     def _keep_draft_distributions(self, req_ids, lengths, step: _DraftStep) -> None:
-        """Per request: q_i and H(q_i) of its drafted tokens, for verification.
+        """Per request: q_i (relaxed modes only) and H(q_i) of its drafted tokens.
 
-        Stored in bfloat16: vocab x 2 bytes per draft token (Qwen2.5's 151,936
-        entries: 297 KiB per token, 5.8 MiB for a 20-token draft); kept only
-        for AdaSD and only until that draft is verified.
+        q_i is stored in bfloat16: vocab x 2 bytes per draft token (Qwen2.5's
+        151,936 entries: 297 KiB per token, 5.8 MiB for a 20-token draft); kept
+        only for AdaSD with relaxed verification, and only until that draft is
+        verified. Gen-Only keeps the entropies alone.
         """
-        # [batch, drafted, vocab] and [batch, drafted]
-        distributions = torch.stack(step.distributions, dim=1).to(torch.bfloat16)
+        # [batch, drafted]
         entropies = torch.stack(step.entropies, dim=1)
+        # [batch, drafted, vocab] or None
+        distributions = (torch.stack(step.distributions, dim=1).to(torch.bfloat16)
+                         if step.distributions else None)
         self.pending_drafts.update(
-            (req_id, (distributions[i, :n], entropies[i, :n]))
+            (req_id, (None if distributions is None else distributions[i, :n],
+                      entropies[i, :n]))
             for i, (req_id, n) in enumerate(zip(req_ids, lengths))
         )
 
