@@ -34,7 +34,9 @@ from vllm_gammatune.policies import (
     ADASD_MODES,
     AdaSDPolicy,
     AssistantThresholdPolicy,
+    CostAwarePolicy,
     DraftLengthPolicy,
+    FixedLinearCost,
     FixedDraftPolicy,
     GammaTunePolicy,
     HFHeuristicPolicy,
@@ -51,6 +53,8 @@ METHOD_HF_HEURISTIC = "hf_heuristic"
 METHOD_ASSISTANT_THRESHOLD = "assistant_threshold"
 #: Lossy: changes what the target accepts (AdaSD paper). Never on unless asked.
 METHOD_ADASD = "adasd"
+#: Cost-aware lengths (0 allowed), from measured step costs (policies/cost_aware.py).
+METHOD_COST_AWARE = "gammatune_cost"
 
 #: method -> plugin keys it accepts (besides vLLM's own draft_model keys).
 _METHOD_KEYS: dict[str, tuple[str, ...]] = {
@@ -66,6 +70,7 @@ _METHOD_KEYS: dict[str, tuple[str, ...]] = {
     METHOD_HF_HEURISTIC: ("gamma_init",),
     METHOD_ASSISTANT_THRESHOLD: ("gamma_init", "confidence_threshold"),
     METHOD_ADASD: ("adasd_mode", "adasd_window"),
+    METHOD_COST_AWARE: ("probe_interval", "fixed_step_costs"),
 }
 #: Methods whose outputs may differ from the target's.
 LOSSY_METHODS = (METHOD_ADASD,)
@@ -84,6 +89,12 @@ DEFAULT_ASSISTANT_THRESHOLD = 0.4
 #: AdaSD: the paper's maximum window W (Appendix A) is the default cap.
 DEFAULT_ADASD_NUM_SPECULATIVE_TOKENS = 20
 DEFAULT_ADASD_MODE = "both"
+#: gammatune_cost: a smaller default cap keeps its per-step search short
+#: (0.3 ms for 16 requests at cap 8; the search is cap x requests).
+DEFAULT_COST_AWARE_NUM_SPECULATIVE_TOKENS = 8
+DEFAULT_PROBE_INTERVAL = 8
+#: gammatune_cost's fixed_step_costs: the four coefficients, in seconds
+STEP_COST_KEYS = ("target_step_s", "target_token_s", "draft_pass_s", "draft_token_s")
 
 # vLLM keys the plugin sets itself or cannot honour.
 _REFUSED_VLLM_KEYS = {
@@ -116,6 +127,10 @@ class GammaTuneSettings:
     adasd_mode: str | None = None
     #: AdaSD only: the maximum window W, in [1, num_speculative_tokens]
     adasd_window: int | None = None
+    #: gammatune_cost only: steps at length 0 before a request probes
+    probe_interval: int | None = None
+    #: gammatune_cost only: fixed costs (STEP_COST_KEYS) instead of measured ones
+    fixed_step_costs: dict[str, float] | None = None
 
     @property
     def is_lossy(self) -> bool:
@@ -146,6 +161,17 @@ class GammaTuneSettings:
         if self.method == METHOD_ADASD:
             assert self.adasd_mode is not None and self.adasd_window is not None
             return AdaSDPolicy(cap, window=self.adasd_window, mode=self.adasd_mode)
+        if self.method == METHOD_COST_AWARE:
+            assert self.probe_interval is not None
+            costs = self.fixed_step_costs
+            return CostAwarePolicy(
+                cap,
+                probe_interval=self.probe_interval,
+                target_cost=None if costs is None else FixedLinearCost(
+                    costs["target_step_s"], costs["target_token_s"]),
+                draft_cost=None if costs is None else FixedLinearCost(
+                    costs["draft_pass_s"], costs["draft_token_s"]),
+            )
         if self.method == METHOD_ASSISTANT_THRESHOLD:
             assert self.confidence_threshold is not None
             return AssistantThresholdPolicy(
@@ -249,11 +275,10 @@ def split_speculative_config(
             "draft model that shares the target's vocabulary (a path or name)"
         )
 
-    default_cap = (
-        DEFAULT_ADASD_NUM_SPECULATIVE_TOKENS
-        if method == METHOD_ADASD
-        else DEFAULT_NUM_SPECULATIVE_TOKENS
-    )
+    default_cap = {
+        METHOD_ADASD: DEFAULT_ADASD_NUM_SPECULATIVE_TOKENS,
+        METHOD_COST_AWARE: DEFAULT_COST_AWARE_NUM_SPECULATIVE_TOKENS,
+    }.get(method, DEFAULT_NUM_SPECULATIVE_TOKENS)
     cap = _require_int(
         "num_speculative_tokens",
         config.get("num_speculative_tokens", default_cap),
@@ -309,6 +334,16 @@ def split_speculative_config(
             high=cap,
         )
 
+    probe_interval = fixed_step_costs = None
+    if method == METHOD_COST_AWARE:
+        probe_interval = _require_int(
+            "probe_interval",
+            config.get("probe_interval", DEFAULT_PROBE_INTERVAL),
+            ">= 1 (engine steps at draft length 0 before a request probes)",
+            low=1,
+        )
+        fixed_step_costs = _step_costs(config.get("fixed_step_costs"))
+
     settings = GammaTuneSettings(
         method=method,
         num_speculative_tokens=cap,
@@ -319,6 +354,8 @@ def split_speculative_config(
         confidence_threshold=threshold,
         adasd_mode=adasd_mode,
         adasd_window=adasd_window,
+        probe_interval=probe_interval,
+        fixed_step_costs=fixed_step_costs,
     )
     draft_model_config = {
         k: v for k, v in config.items() if k not in _ALL_PLUGIN_KEYS
@@ -326,6 +363,27 @@ def split_speculative_config(
     draft_model_config["method"] = "draft_model"
     draft_model_config["num_speculative_tokens"] = cap
     return settings, draft_model_config
+
+
+def _step_costs(value: Any) -> dict[str, float] | None:
+    """gammatune_cost's optional fixed costs: all four keys, seconds >= 0."""
+    if value is None:
+        return None
+    allowed = f"a dict with exactly the keys {', '.join(STEP_COST_KEYS)} (seconds >= 0)"
+    if not isinstance(value, dict) or set(value) != set(STEP_COST_KEYS):
+        raise GammaTuneConfigError(
+            f"speculative_config['fixed_step_costs']={value!r} is not allowed: "
+            f"must be {allowed}")
+    costs = {}
+    for key in STEP_COST_KEYS:
+        costs[key] = _require_fraction(
+            f"fixed_step_costs.{key}", value[key], ">= 0 seconds (finite)",
+            lambda v: 0.0 <= v < math.inf)
+    if costs["target_step_s"] + costs["target_token_s"] <= 0.0:
+        raise GammaTuneConfigError(
+            "speculative_config['fixed_step_costs']: target_step_s and "
+            "target_token_s cannot both be 0 (a target step takes time)")
+    return costs
 
 
 def plugin_section(additional_config: dict[str, Any] | None) -> dict[str, Any]:

@@ -31,6 +31,12 @@ METHODS: dict[str, MethodFactory] = {
     "no_spec": lambda draft, k, cap: None,
     "vllm_draft_model": lambda draft, k, cap: {
         "method": "draft_model", "model": draft, "num_speculative_tokens": k},
+    # vLLM's own batch-size schedule (num_speculative_tokens_per_batch_size),
+    # hand-tuned on this CPU: K=k alone, no speculation from batch 2 (fixed K
+    # loses to none from batch 4 there; README, issue 6 results)
+    "vllm_schedule": lambda draft, k, cap: {
+        "method": "draft_model", "model": draft, "num_speculative_tokens": k,
+        "num_speculative_tokens_per_batch_size": [[1, 1, k], [2, 1024, 0]]},
     "fixed_draft": lambda draft, k, cap: {
         "method": "fixed_draft", "model": draft, "num_speculative_tokens": k,
         "gamma_init": k},
@@ -46,6 +52,9 @@ METHODS: dict[str, MethodFactory] = {
     "gammatune_plus": lambda draft, k, cap: {
         "method": "gammatune_plus", "model": draft, "num_speculative_tokens": max(k, cap),
         "gamma_init": k},
+    # cost-aware: k is only the cap; lengths (0 allowed) come from measured costs
+    "gammatune_cost": lambda draft, k, cap: {
+        "method": "gammatune_cost", "model": draft, "num_speculative_tokens": max(k, 1)},
     # AdaSD (lossy) ignores k: its window is the paper's W = 20.
     "adasd": lambda draft, k, cap: {
         "method": "adasd", "model": draft, "num_speculative_tokens": 20},
@@ -65,6 +74,8 @@ _COUNTERS = {
     "draft_forward_passes": "vllm:gammatune_draft_forward_passes",
     "relaxed_acceptances": "vllm:gammatune_adasd_relaxed_acceptances",
     "plugin_time_us": "vllm:gammatune_plugin_time_us",
+    "skipped_draft_steps": "vllm:gammatune_skipped_draft_steps",
+    "catch_up_tokens": "vllm:gammatune_catch_up_tokens",
 }
 
 
@@ -92,6 +103,8 @@ class Measurement:
     draft_forward_passes: float
     relaxed_acceptances: float
     plugin_time_us: float
+    skipped_draft_steps: float = 0.0
+    catch_up_tokens: float = 0.0
 
     @property
     def tokens_per_second(self) -> float:

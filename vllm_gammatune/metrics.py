@@ -58,6 +58,8 @@ _HEADER_FIELDS = (
     "verification_threshold_micro_sum",
     "num_threshold_samples",
     "plugin_micros",
+    "num_skipped_draft_steps",
+    "num_catch_up_tokens",
 )
 _INT64 = struct.Struct("<q")
 
@@ -115,6 +117,8 @@ class StepCounters:
         num_draft_forward_passes: int = 0,
         num_entropy_stops: int = 0,
         policy_seconds: float | None = None,
+        num_skipped_draft_steps: int = 0,
+        num_catch_up_tokens: int = 0,
     ) -> None:
         """Add one drafting step (one entry per request that drafted)."""
         base = len(_HEADER_FIELDS)
@@ -129,6 +133,12 @@ class StepCounters:
         self._add(6, num_entropy_stops)
         if policy_seconds is not None:
             self._set(11, round(policy_seconds * 1e6))
+        self._add(12, num_skipped_draft_steps)
+        self._add(13, num_catch_up_tokens)
+
+    def set_tracked_requests(self, tracked_requests: int) -> None:
+        """The number of requests with policy state, between drafting steps."""
+        self._set(4, tracked_requests)
 
     def record_verification(
         self,
@@ -229,6 +239,17 @@ class _PrometheusCollector:
             "Batched forward passes of the draft model run by the plugin's drafter.",
             labels=labels,
         )
+        skipped = CounterMetricFamily(
+            "vllm:gammatune_skipped_draft_steps",
+            "Engine steps where no request drafted and the draft model did not run "
+            "(gammatune_cost).",
+            labels=labels,
+        )
+        catch_up = CounterMetricFamily(
+            "vllm:gammatune_catch_up_tokens",
+            "Positions the draft model processed to catch up after skipped steps.",
+            labels=labels,
+        )
         tracked = GaugeMetricFamily(
             "vllm:gammatune_tracked_requests",
             "Requests with draft-length state held by the plugin.",
@@ -258,8 +279,10 @@ class _PrometheusCollector:
             mean_tg.add_metric(label_values, snap["generation_threshold_micro_sum"] / 1e6 / samples)
             mean_tv.add_metric(label_values, snap["verification_threshold_micro_sum"] / 1e6 / samples)
             plugin_seconds.add_metric(label_values, snap["plugin_micros"])
+            skipped.add_metric(label_values, snap["num_skipped_draft_steps"])
+            catch_up.add_metric(label_values, snap["num_catch_up_tokens"])
         yield from (length, planned, stops, forwards, tracked, entropy_stops, relaxed,
-                    mean_tg, mean_tv, plugin_seconds)
+                    mean_tg, mean_tv, plugin_seconds, skipped, catch_up)
 
 
 _collector: _PrometheusCollector | None = None

@@ -16,6 +16,13 @@ scheduler and the rejection sampler are vLLM's own. Per step it:
 4. returns ``list[list[int]]``, one list per request, of its own length: the
    scheduler reserves and verifies exactly those (as for ngram drafts).
 
+When every request of a step plans 0 tokens (``gammatune_cost``), the draft
+model does not run at all that step; ``draft_kv`` records the positions it
+missed and catches a request up before it drafts again. For that method the
+proposer also times the target step (from the end of one proposal to the
+start of the next, at points where the device is synchronised anyway) and
+every draft forward pass, and feeds both to the policy's cost model.
+
 State is a ``RequestStateTable`` keyed by ``req_id``, swept against the
 runner's live requests every step (finished and aborted requests leave it;
 preempted ones keep their learned window).
@@ -35,8 +42,9 @@ from vllm.logger import init_logger
 from vllm.v1.spec_decode.draft_model import DraftModelProposer
 from vllm_gammatune.acceptance import AdaSDVerifier
 from vllm_gammatune.config import plugin_section, settings_from_additional_config
+from vllm_gammatune.draft_kv import DraftKVHoles, run_catch_up
 from vllm_gammatune.metrics import StepCounters
-from vllm_gammatune.policies import AdaSDPolicy, BatchView
+from vllm_gammatune.policies import AdaSDPolicy, BatchView, CostAwarePolicy
 from vllm_gammatune.state import RequestStateTable
 from vllm_gammatune.stats import entropy_bits
 
@@ -165,6 +173,14 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
                 # plugin's metrics are lost, the engine runs on.
                 logger.warning("vllm-gammatune: metrics file unusable (%s); the "
                                "plugin's own metrics are off", exc)
+        #: gammatune_cost: measure step costs, skip the draft when nobody drafts
+        self._cost_aware = isinstance(self.policy, CostAwarePolicy)
+        self.draft_kv_holes = DraftKVHoles()
+        self._clock = time.perf_counter
+        self._last_step_end: float | None = None
+        # start time and token count of the draft pass under way
+        self._pass_started: float | None = None
+        self._pass_tokens = 0
         #: seconds spent in the plugin's own code per engine lifetime (planning,
         #: observing, cutting drafts; not the draft model), exported as
         #: ``vllm:gammatune_plugin_time_us``
@@ -208,10 +224,8 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
     # -- 2-4. plan, draft, cut ---------------------------------------------
     def _plan(self, req_ids: list[str], batch: BatchView, num_speculative_tokens: int):
         states = [self.request_states.get(r) for r in req_ids]
-        planned = [
-            min(num_speculative_tokens, self.policy.next_num_draft_tokens(s, batch))
-            for s in states
-        ]
+        planned = [min(num_speculative_tokens, k)
+                   for k in self.policy.plan_batch(states, batch)]
         policy = self.policy
         if isinstance(policy, AdaSDPolicy):
             thresholds = None
@@ -239,15 +253,36 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
         for req_id in [r for r in self.pending_drafts if r not in runner.requests]:
             del self.pending_drafts[req_id]
         self._observe_verification(req_ids, batch)
+        step_starts: list[int] = []
+        if self._cost_aware:
+            cad = kwargs["common_attn_metadata"]
+            step_starts = self._step_starts(cad)
+            self._time_target_step(cad.num_actual_tokens)
+            self.draft_kv_holes.forget_missing(runner.requests)
+            batch = BatchView(
+                batch_size=len(req_ids),
+                num_scheduled_tokens=cad.num_actual_tokens,
+                catch_up_tokens=tuple(self.draft_kv_holes.catch_up_tokens(r, s)
+                                      for r, s in zip(req_ids, step_starts)),
+            )
         step = self._plan(req_ids, batch, num_speculative_tokens)
-        self._step = step
         self.policy_seconds += time.perf_counter() - start
+        if step.num_steps == 0:
+            return self._skip_draft_model(req_ids, step_starts, step)
+        caught_up_tokens = 0
+        if self._cost_aware:
+            caught_up_tokens = self._catch_up(req_ids, step_starts, step, batch, kwargs)
+            cad = kwargs["common_attn_metadata"]
+            self._pass_tokens = cad.num_actual_tokens + len(req_ids)
+            self._pass_started = self._synchronized_clock()
+        self._step = step
         try:
             super().propose(step.num_steps, *args, **kwargs)
         except _EveryRequestStopped:
             pass
         finally:
             self._step = None
+            self._pass_started = None
         start = time.perf_counter()
         # [batch, tokens drafted this step]
         draft_token_ids = torch.stack(step.token_ids, dim=1)
@@ -260,8 +295,70 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
         if step.keep_entropies:
             self._keep_draft_distributions(req_ids, lengths, step)
         self.policy_seconds += time.perf_counter() - start
-        self._record_metrics(drafts, step.planned.tolist(), step)
+        self._record_metrics(drafts, step.planned.tolist(), step,
+                             num_catch_up_tokens=caught_up_tokens)
+        if self._cost_aware:
+            self._last_step_end = self._clock()
         return drafts
+
+    # -- gammatune_cost: skipping, catching up, timing ------------------------
+    @staticmethod
+    def _step_starts(common_attn_metadata) -> list[int]:
+        """Per request, the position of its first target token this step."""
+        query_start_loc = common_attn_metadata.query_start_loc_cpu
+        num_reqs = common_attn_metadata.num_reqs
+        # [num_reqs]
+        query_lens = query_start_loc[1 : num_reqs + 1] - query_start_loc[:num_reqs]
+        seq_lens = common_attn_metadata.seq_lens[:num_reqs].cpu()
+        return (seq_lens - query_lens).tolist()
+
+    def _skip_draft_model(self, req_ids, step_starts, step: _DraftStep):
+        """No request drafts: the draft model does not run this step."""
+        self.draft_kv_holes.on_skipped(req_ids, step_starts)
+        self._last_draft_probs = None
+        self._record_metrics([[] for _ in req_ids], step.planned.tolist(), step,
+                             skipped=True)
+        self._last_step_end = self._clock()
+        return [[] for _ in req_ids]
+
+    def _catch_up(self, req_ids, step_starts, step: _DraftStep, batch: BatchView,
+                  kwargs) -> int:
+        """Run the draft over the positions missed by requests that draft now."""
+        planned = step.planned.tolist()
+        segments = [
+            (row, step_starts[row] - missed, step_starts[row])
+            for row, missed in enumerate(batch.catch_up_tokens)
+            if missed > 0 and planned[row] > 0
+        ]
+        caught_up = {req_ids[row] for row, _, _ in segments}
+        num_tokens = 0
+        if segments:
+            started = [self._synchronized_clock()]
+
+            def timed(pass_tokens: int) -> None:
+                now = self._synchronized_clock()
+                self.policy.observe_draft_pass(pass_tokens, now - started[0])
+                started[0] = now
+
+            num_tokens = run_catch_up(
+                self, kwargs["common_attn_metadata"], segments,
+                self._runner.input_batch.token_ids_cpu, on_pass=timed)
+        self.draft_kv_holes.on_draft_pass(req_ids, step_starts, caught_up)
+        return num_tokens
+
+    def _synchronized_clock(self) -> float:
+        """Now, after the device has finished what was queued (honest timing)."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return self._clock()
+
+    def _time_target_step(self, num_scheduled_tokens: int) -> None:
+        """The time since the last proposal ended: one target step (and vLLM's
+        work around it), for ``num_scheduled_tokens`` tokens."""
+        now = self._clock()  # the observation above synchronised the device
+        if self._last_step_end is not None:
+            self.policy.observe_target_step(num_scheduled_tokens,
+                                            now - self._last_step_end)
 
     def _keep_draft_distributions(self, req_ids, lengths, step: _DraftStep) -> None:
         """Per request: q_i (relaxed modes only) and H(q_i) of its drafted tokens.
@@ -282,7 +379,8 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
             for i, (req_id, n) in enumerate(zip(req_ids, lengths))
         )
 
-    def _record_metrics(self, drafts, planned, step: _DraftStep) -> None:
+    def _record_metrics(self, drafts, planned, step: _DraftStep, skipped: bool = False,
+                        num_catch_up_tokens: int = 0) -> None:
         if self._counters is None:
             return
         num_reqs = len(drafts)
@@ -299,6 +397,8 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
             num_draft_forward_passes=len(step.token_ids),
             num_entropy_stops=num_early if entropy_stops else 0,
             policy_seconds=self.policy_seconds,
+            num_skipped_draft_steps=int(skipped),
+            num_catch_up_tokens=num_catch_up_tokens,
         )
 
     # -- the hook into vLLM's draft loop --------------------------------------
@@ -306,6 +406,11 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
         step = self._step
         if step is None:
             return super()._sample_draft_tokens(hidden_states, sampling_metadata)
+        if self._pass_started is not None:  # gammatune_cost: time the pass
+            now = self._synchronized_clock()
+            self.policy.observe_draft_pass(self._pass_tokens, now - self._pass_started)
+            # the next pass runs over one token per request
+            self._pass_started, self._pass_tokens = now, hidden_states.shape[0]
         if not step.needs_distribution:
             token_ids, probs = super()._sample_draft_tokens(hidden_states, sampling_metadata)
             distribution = None

@@ -32,6 +32,14 @@ def spec(tiny, **overrides):
         ({"method": "adasd", "adasd_window": 9}, ["adasd_window", "9", "[1, num_speculative_tokens=8]"]),
         ({"method": "adasd", "adasd_window": 0}, ["adasd_window", "0"]),
         ({"method": "adasd", "eta": 0.5}, ["eta", "not a parameter of method 'adasd'"]),
+        ({"method": "gammatune_cost", "probe_interval": 0}, ["probe_interval", "0", ">= 1"]),
+        ({"method": "gammatune_cost", "fixed_step_costs": {"target_step_s": 1}},
+         ["fixed_step_costs", "target_token_s", "draft_pass_s"]),
+        ({"method": "gammatune_cost", "fixed_step_costs": {
+            "target_step_s": 1, "target_token_s": 0, "draft_pass_s": -1,
+            "draft_token_s": 0}}, ["fixed_step_costs.draft_pass_s", "-1"]),
+        ({"method": "gammatune_cost", "gamma_init": 3},
+         ["gamma_init", "not a parameter of method 'gammatune_cost'"]),
     ],
 )
 def test_bad_config_raises_at_llm(tiny, overrides, words):

@@ -7,6 +7,8 @@ from vllm_gammatune.policies.baselines import (
     FixedDraftPolicy,
     HFHeuristicPolicy,
 )
+from vllm_gammatune.policies.cost_aware import CostAwarePolicy, CostAwareState
+from vllm_gammatune.policies.cost_model import FixedLinearCost, OnlineLinearCost
 from vllm_gammatune.policies.gammatune import GammaTunePolicy, GammaTuneState
 
 __all__ = [
@@ -15,9 +17,13 @@ __all__ = [
     "AdaSDState",
     "AssistantThresholdPolicy",
     "BatchView",
+    "CostAwarePolicy",
+    "CostAwareState",
     "DraftLengthPolicy",
     "FixedDraftPolicy",
+    "FixedLinearCost",
     "GammaTunePolicy",
     "GammaTuneState",
     "HFHeuristicPolicy",
+    "OnlineLinearCost",
 ]

@@ -22,10 +22,17 @@ from typing import Any
 class BatchView:
     """What a policy may know about the step beyond its own request.
 
-    Today's policies ignore it; cost-aware ones can weigh ``batch_size``.
+    The count-based policies ignore it; the cost-aware one weighs all of it.
     """
 
+    #: requests in the step (vLLM's ``num_reqs``)
     batch_size: int
+    #: tokens the target processed this step (vLLM's ``num_scheduled_tokens``
+    #: total); 0 when unknown
+    num_scheduled_tokens: int = 0
+    #: per request, draft positions missed while drafting was skipped, which
+    #: the draft must process before that request drafts again; () = none
+    catch_up_tokens: tuple[int, ...] = ()
 
 
 class DraftLengthPolicy(ABC):
@@ -55,6 +62,15 @@ class DraftLengthPolicy(ABC):
     @abstractmethod
     def next_num_draft_tokens(self, state: Any, batch: BatchView) -> int:
         """How many tokens to draft next for this request (1..cap)."""
+
+    def plan_batch(self, states: list[Any], batch: BatchView) -> list[int]:
+        """Every request's length for this step, in batch order.
+
+        Per-request policies plan each request alone; a policy that weighs the
+        requests against each other (``CostAwarePolicy``) overrides this and
+        may return 0 (no draft for that request this step).
+        """
+        return [self.next_num_draft_tokens(s, batch) for s in states]
 
     @abstractmethod
     def observe(

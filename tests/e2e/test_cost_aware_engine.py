@@ -1,0 +1,82 @@
+"""gammatune_cost inside vLLM: lossless, skips the draft model, catches it up."""
+
+from __future__ import annotations
+
+from llm_helpers import PROMPTS, metrics_by_name, running_llm
+from test_greedy_equality import MAX_TOKENS, check_spec_counters, reference  # noqa: F401
+
+# a target step of 10 ms, a draft pass of 10 s: drafting never pays, only probes
+NEVER_PAYS = {"target_step_s": 0.01, "target_token_s": 0.0,
+              "draft_pass_s": 10.0, "draft_token_s": 0.0}
+# drafting is free: every request drafts the cap
+ALWAYS_PAYS = {"target_step_s": 0.01, "target_token_s": 0.0,
+               "draft_pass_s": 0.0, "draft_token_s": 0.0}
+
+
+def generate(llm, prompts=PROMPTS, max_tokens=MAX_TOKENS):
+    from vllm import SamplingParams
+
+    outs = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=max_tokens))
+    return [list(o.outputs[0].token_ids) for o in outs]
+
+
+def counter(metrics, name) -> int:
+    return int(metrics[name].value)
+
+
+def test_measured_costs_greedy_equals_target(tiny, reference):  # noqa: F811
+    spec = {"method": "gammatune_cost", "model": tiny["draft"], "num_speculative_tokens": 6}
+    with running_llm(tiny["target"], spec) as llm:
+        got = generate(llm)
+        metrics = metrics_by_name(llm)
+    assert got == reference
+    check_spec_counters(metrics)
+
+
+def test_never_paying_skips_draft_model_and_probes(tiny, reference):  # noqa: F811
+    spec = {"method": "gammatune_cost", "model": tiny["draft"], "num_speculative_tokens": 6,
+            "probe_interval": 3, "fixed_step_costs": NEVER_PAYS}
+    with running_llm(tiny["target"], spec) as llm:
+        got = generate(llm)
+        metrics = metrics_by_name(llm)
+    assert got == reference
+    skipped = counter(metrics, "vllm:gammatune_skipped_draft_steps")
+    drafts = counter(metrics, "vllm:spec_decode_num_drafts")
+    draft_tokens = counter(metrics, "vllm:spec_decode_num_draft_tokens")
+    assert skipped > 0, "no step skipped the draft model"
+    assert drafts > 0, "no request probed"
+    assert draft_tokens == drafts, "a probe drafts exactly one token"
+    assert counter(metrics, "vllm:gammatune_catch_up_tokens") > 0
+    # the draft ran only on probe steps (one pass each), never on skipped ones
+    passes = counter(metrics, "vllm:gammatune_draft_forward_passes")
+    assert passes <= drafts
+
+
+def test_catch_up_restores_exact_draft_kv(tiny):
+    """A draft identical to the target accepts every token only if its KV cache
+    is exact: the catch-up after skipped steps must rebuild it."""
+    spec = {"method": "gammatune_cost", "model": tiny["draft_identical"],
+            "num_speculative_tokens": 6, "probe_interval": 2,
+            "fixed_step_costs": NEVER_PAYS}
+    with running_llm(tiny["target"], spec) as llm:
+        generate(llm, max_tokens=60)
+        metrics = metrics_by_name(llm)
+    draft_tokens = counter(metrics, "vllm:spec_decode_num_draft_tokens")
+    accepted = counter(metrics, "vllm:spec_decode_num_accepted_tokens")
+    assert counter(metrics, "vllm:gammatune_catch_up_tokens") > 0
+    assert draft_tokens > 0 and accepted == draft_tokens
+
+
+def test_always_paying_drafts_the_cap_without_skips(tiny, reference):  # noqa: F811
+    spec = {"method": "gammatune_cost", "model": tiny["draft_identical"],
+            "num_speculative_tokens": 4, "fixed_step_costs": ALWAYS_PAYS}
+    with running_llm(tiny["target"], spec) as llm:
+        got = generate(llm)
+        metrics = metrics_by_name(llm)
+    assert got == reference
+    assert counter(metrics, "vllm:gammatune_skipped_draft_steps") == 0
+    assert counter(metrics, "vllm:gammatune_catch_up_tokens") == 0
+    hist = metrics["vllm:gammatune_draft_length"]
+    counts = [hist.buckets[b] for b in sorted(hist.buckets, key=lambda b: float(b))]
+    at_cap = counts[4] - counts[3]
+    assert at_cap > 0.5 * hist.count, "free drafting should mostly use the cap"

@@ -1,0 +1,267 @@
+"""The cost-aware policy and its cost model against synthetic sequences."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+
+import pytest
+
+from vllm_gammatune.draft_kv import DraftKVHoles, plan_catch_up_passes
+from vllm_gammatune.policies import (
+    BatchView,
+    CostAwarePolicy,
+    FixedLinearCost,
+    OnlineLinearCost,
+)
+
+# Shapes seen on the 2-core CPU with the Qwen 1.5B/0.5B pair (seconds): a
+# target step of ~100 ms plus ~20 ms per extra token; a draft pass of ~40 ms.
+CPU_TARGET = FixedLinearCost(0.10, 0.02)
+CPU_DRAFT = FixedLinearCost(0.04, 0.002)
+# A GPU at small batch: verification nearly free per token.
+GPU_TARGET = FixedLinearCost(0.020, 0.00005)
+GPU_DRAFT = FixedLinearCost(0.004, 0.00001)
+
+
+def policy(target=CPU_TARGET, draft=CPU_DRAFT, cap=8, **kwargs) -> CostAwarePolicy:
+    return CostAwarePolicy(cap, target_cost=target, draft_cost=draft, **kwargs)
+
+
+def trained_states(p: CostAwarePolicy, num_reqs: int, drafted: int, accepted: int):
+    states = [p.new_state() for _ in range(num_reqs)]
+    for state in states:
+        for _ in range(20):
+            p.observe(state, drafted, accepted, BatchView(num_reqs))
+    return states
+
+
+def brute_force_best(p, states, batch):
+    """The best plan by enumeration (tiny batches only)."""
+    rates = [p.acceptance_rate(s) for s in states]
+    t_base, t_slope = p.target_cost.coefficients()
+    d_base, d_slope = p.draft_cost.coefficients()
+    n = len(states)
+    best, best_ratio = None, -1.0
+    for plan in itertools.product(range(p.max_num_draft_tokens + 1), repeat=n):
+        value = sum(p.expected_tokens(a, k) for a, k in zip(rates, plan))
+        cost = t_base + t_slope * (n + sum(plan))
+        if max(plan) > 0:
+            cost += d_base + d_slope * (batch.num_scheduled_tokens + n)
+            cost += (max(plan) - 1) * (d_base + d_slope * n)
+            cost += sum(d_slope * plan[i] for i in range(n))
+        if value / cost > best_ratio + 1e-12:
+            best, best_ratio = list(plan), value / cost
+    return best, best_ratio
+
+
+def ratio_of(p, states, batch, plan):
+    rates = [p.acceptance_rate(s) for s in states]
+    t_base, t_slope = p.target_cost.coefficients()
+    d_base, d_slope = p.draft_cost.coefficients()
+    n = len(states)
+    value = sum(p.expected_tokens(a, k) for a, k in zip(rates, plan))
+    cost = t_base + t_slope * (n + sum(plan))
+    if max(plan) > 0:
+        cost += (d_base + d_slope * (batch.num_scheduled_tokens + n)
+                 + (max(plan) - 1) * (d_base + d_slope * n) + d_slope * sum(plan))
+    return value / cost
+
+
+def test_expected_tokens_is_the_geometric_model():
+    p = policy()
+    assert p.expected_tokens(0.5, 0) == 1.0
+    assert p.expected_tokens(0.5, 3) == pytest.approx(1 + 0.5 + 0.25 + 0.125)
+    assert p.expected_tokens(0.8, 5) == pytest.approx((1 - 0.8 ** 6) / 0.2)
+
+
+def test_acceptance_rate_follows_the_requests_own_counts():
+    p = policy()
+    good = trained_states(p, 1, drafted=4, accepted=4)[0]
+    bad = trained_states(p, 1, drafted=4, accepted=0)[0]
+    assert p.acceptance_rate(good) > 0.9
+    assert p.acceptance_rate(bad) < 0.2
+    # truncated geometric MLE: 3 accepted then a rejection, every time -> 0.75
+    mid = trained_states(p, 1, drafted=6, accepted=3)[0]
+    assert p.acceptance_rate(mid) == pytest.approx(0.75, abs=0.06)
+
+
+def test_chooses_zero_when_drafting_cannot_pay():
+    p = policy()
+    states = trained_states(p, 16, drafted=4, accepted=1)
+    assert p.plan_batch(states, BatchView(16, 16)) == [0] * 16
+    # and even a perfect draft does not pay when a draft pass costs a target step
+    p = policy(draft=FixedLinearCost(0.2, 0.0))
+    states = trained_states(p, 4, drafted=4, accepted=4)
+    assert p.best_plan(states, BatchView(4, 4)) == [0] * 4
+
+
+def test_grows_when_drafting_pays():
+    p = policy(target=GPU_TARGET, draft=GPU_DRAFT)
+    weak = trained_states(p, 1, drafted=4, accepted=1)
+    strong = trained_states(p, 1, drafted=4, accepted=4)
+    k_weak = p.best_plan(weak, BatchView(1, 1))[0]
+    k_strong = p.best_plan(strong, BatchView(1, 1))[0]
+    assert 1 <= k_weak < k_strong == p.max_num_draft_tokens
+
+
+def test_shrinks_as_the_batch_grows_on_cpu_costs():
+    p = policy()
+    lengths = []
+    for batch_size in (1, 4, 16):
+        states = trained_states(p, batch_size, drafted=4, accepted=3)
+        lengths.append(max(p.best_plan(states, BatchView(batch_size, batch_size))))
+    assert lengths[0] > 0
+    assert lengths == sorted(lengths, reverse=True)
+    assert lengths[-1] == 0
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_joint_plan_matches_brute_force(seed):
+    rng = random.Random(seed)
+    target = FixedLinearCost(rng.uniform(0.01, 0.2), rng.uniform(0.0, 0.03))
+    draft = FixedLinearCost(rng.uniform(0.0, 0.08), rng.uniform(0.0, 0.004))
+    p = policy(target, draft, cap=4)
+    states = []
+    for _ in range(3):
+        accepted = rng.randint(0, 4)
+        states += trained_states(p, 1, drafted=4, accepted=accepted)
+    batch = BatchView(3, 3 + rng.randint(0, 6))
+    want, want_ratio = brute_force_best(p, states, batch)
+    got = p.best_plan(states, batch)
+    assert ratio_of(p, states, batch, got) == pytest.approx(want_ratio, rel=1e-6), (got, want)
+
+
+def test_catch_up_cost_makes_a_lagging_request_wait():
+    p = policy(target=GPU_TARGET, draft=FixedLinearCost(0.004, 0.001))
+    states = trained_states(p, 2, drafted=4, accepted=4)
+    fresh = p.best_plan(states, BatchView(2, 2, catch_up_tokens=(0, 0)))
+    lagging = p.best_plan(states, BatchView(2, 2, catch_up_tokens=(0, 500)))
+    assert fresh[1] > 0 and lagging[1] == 0 and lagging[0] > 0
+
+
+def test_reprobes_with_backoff():
+    p = policy(probe_interval=4, max_probe_interval=16)
+    state = trained_states(p, 1, drafted=4, accepted=0)[0]
+    batch = BatchView(16, 16)
+    plans = [p.plan_batch([state] + trained_states(p, 15, 4, 0), batch)[0]
+             for _ in range(60)]
+    probes = [i for i, k in enumerate(plans) if k]
+    assert all(plans[i] == 1 for i in probes)
+    gaps = [b - a for a, b in zip(probes, probes[1:])]
+    assert probes[0] == 3  # the 4th step without drafting probes
+    # every probe after one that did not pay doubles the wait, up to the cap
+    assert gaps[:4] == [4, 8, 16, 16]
+
+
+def test_probe_resets_when_drafting_pays_again():
+    p = policy(target=GPU_TARGET, draft=GPU_DRAFT, probe_interval=2)
+    state = p.new_state()
+    state.probing, state.probe_interval = True, 64
+    for _ in range(20):
+        p.observe(state, 4, 4, BatchView(1))
+    assert p.plan_batch([state], BatchView(1, 1))[0] > 0
+    assert state.probe_interval == 2 and not state.probing
+
+
+def test_warms_up_by_drafting_until_costs_are_measured():
+    p = CostAwarePolicy(8, warmup_num_draft_tokens=2)
+    states = [p.new_state() for _ in range(3)]
+    assert p.plan_batch(states, BatchView(3, 3)) == [2, 2, 2]
+    for n in (3, 9, 3, 9):
+        p.observe_target_step(n, 0.1 + 0.01 * n)
+        p.observe_draft_pass(n, 0.03 + 0.001 * n)
+    assert p.target_cost.ready and p.draft_cost.ready
+
+
+# -- the cost model under a mocked clock ------------------------------------
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_online_cost_recovers_a_linear_cost_from_clock_readings():
+    clock, cost = FakeClock(), OnlineLinearCost()
+    rng = random.Random(0)
+    for _ in range(200):
+        n = rng.choice([4, 8, 20, 36])
+        start = clock()
+        clock.advance(0.08 + 0.015 * n + rng.uniform(-0.002, 0.002))
+        cost.add(n, clock() - start)
+    intercept, slope = cost.coefficients()
+    assert intercept == pytest.approx(0.08, abs=0.01)
+    assert slope == pytest.approx(0.015, abs=0.001)
+
+
+def test_online_cost_ignores_idle_gaps_and_stays_non_negative():
+    clock, cost = FakeClock(), OnlineLinearCost()
+    for i in range(40):
+        start = clock()
+        clock.advance(0.05 if i % 10 else 0.05)
+        if i == 25:
+            clock.advance(30.0)  # the engine sat idle between two bursts
+        assert cost.add(4, clock() - start) == (i != 25)
+    assert cost.predict(4) == pytest.approx(0.05)
+    intercept, slope = cost.coefficients()
+    assert intercept >= 0 and slope == 0.0  # one size seen: no slope invented
+    # decreasing with size (noise): clamped, never negative
+    weird = OnlineLinearCost()
+    for n, t in [(1, 0.2), (10, 0.1), (20, 0.05)] * 3:
+        weird.add(n, t)
+    assert min(weird.coefficients()) >= 0
+    assert all(weird.predict(n) >= 0 for n in (0, 1, 100))
+
+
+def test_online_cost_follows_a_machine_that_slows_down():
+    cost = OnlineLinearCost(memory=0.9)
+    for n in [2, 6] * 20:
+        cost.add(n, 0.01 * n)
+    for n in [2, 6] * 20:
+        cost.add(n, 0.03 * n)
+    assert cost.predict(6) == pytest.approx(0.18, rel=0.05)
+    with pytest.raises(ValueError):
+        OnlineLinearCost(memory=1.0)
+
+
+# -- draft KV holes -----------------------------------------------------------
+
+
+def test_holes_open_on_skip_close_on_catch_up_or_rewrite():
+    holes = DraftKVHoles()
+    holes.on_skipped(["a", "b"], [10, 20])
+    holes.on_skipped(["a", "b"], [11, 21])  # still the first missed position
+    assert holes.catch_up_tokens("a", 12) == 2
+    assert holes.catch_up_tokens("c", 5) == 0
+    # the draft runs: "a" caught up, "b" did not draft and stays behind
+    holes.on_draft_pass(["a", "b"], [12, 22], caught_up={"a"})
+    assert holes.hole_start("a") is None and holes.catch_up_tokens("b", 23) == 3
+    # "b" is recomputed from position 5 (preemption): the pass rewrites its hole
+    holes.on_draft_pass(["b"], [5], caught_up=set())
+    assert holes.hole_start("b") is None
+    holes.on_skipped(["x"], [3])
+    holes.forget_missing({"y"})
+    assert len(holes) == 0
+
+
+@pytest.mark.parametrize("capacity", [1, 3, 7, 100])
+def test_catch_up_passes_cover_each_segment_once_in_order(capacity):
+    segments = [(0, 10, 17), (3, 0, 5), (5, 4, 4), (7, 2, 3)]
+    passes = plan_catch_up_passes(segments, capacity)
+    for p in passes:
+        assert sum(end - start for _, start, end in p) <= capacity
+        assert len({row for row, _, _ in p}) == len(p)  # a request once per pass
+    covered: dict[int, list[int]] = {}
+    for p in passes:
+        for row, start, end in p:
+            covered.setdefault(row, []).extend(range(start, end))
+    assert covered == {0: list(range(10, 17)), 3: list(range(5)), 7: [2]}
+    assert len(passes) == math.ceil(13 / capacity) or capacity < 7

@@ -1,0 +1,240 @@
+"""Cost-aware draft lengths: the most generated tokens per second of engine time.
+
+Neither paper weighs what a draft token costs; at batch 1 on a GPU verifying
+one more token is nearly free, but as the batch grows (and on a CPU already at
+batch 4) each draft token costs real target time, and fixed-K speculation
+becomes slower than none. This policy chooses, every step and for every
+request of the batch jointly, the draft lengths ``k_r`` (0 allowed) that
+maximise expected tokens per second:
+
+    value(k) = sum_r E_r(k_r),  E_r(k) = (1 - a_r^(k+1)) / (1 - a_r)
+    cost(k)  = t_target(B + D) + [K > 0] * (t_draft(N + B) + (K - 1) * t_draft(B)
+               + catch-up passes)
+
+with ``B`` requests, ``D = sum_r k_r`` draft tokens, ``K = max_r k_r``, ``N``
+the tokens the target processed this step (the draft's first pass runs over
+them and one new token per request), and ``E_r`` the expected tokens a
+verification of ``k`` draft tokens emits under the geometric acceptance model
+with the request's own per-token acceptance rate ``a_r``. When every ``k_r``
+is 0 the proposer skips the draft model for the step altogether, so the step
+costs what a step without speculation costs; a request that later drafts
+again first runs the draft over the positions it missed (its catch-up tokens,
+charged to it here).
+
+The joint choice is exact for each cap ``K``: with a linear target cost, the
+ratio is maximised by Dinkelbach's iteration, where for a given ratio lambda
+each request independently keeps its draft tokens while their marginal
+expected gain ``a_r^j`` exceeds lambda times the marginal cost of a token (one
+more verified position plus one more token in the next draft pass), which has
+the closed form below; the best ``K`` in ``0..cap`` wins.
+
+Acceptance: per request, decayed counts of accepted draft tokens ``S`` and of
+verifications that ended in a rejection ``F`` give the maximum-likelihood rate
+of a truncated geometric, ``a = S / (S + F)``, shrunk toward the rate of all
+requests (``prior_weight`` pseudo-observations), so a new request starts from
+what the engine has seen.
+
+Probing: a request at length 0 learns nothing, so after ``probe_interval``
+steps without drafting it drafts one token (with every other request that is
+at least half-way due, so they share the draft pass); each further probe
+without drafting in between doubles the interval, up to ``max_probe_interval``;
+drafting for its own sake resets it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from vllm_gammatune.policies.base import BatchView, DraftLengthPolicy
+from vllm_gammatune.policies.cost_model import FixedLinearCost, OnlineLinearCost
+
+#: Acceptance rates are kept inside this interval (a = 1 would make E infinite).
+_MIN_RATE, _MAX_RATE = 0.01, 0.99
+_DINKELBACH_ITERATIONS = 8
+
+
+@dataclass
+class CostAwareState:
+    #: decayed count of accepted draft tokens
+    accepted: float = 0.0
+    #: decayed count of verifications that ended in a rejected draft token
+    rejections: float = 0.0
+    #: steps since this request last drafted
+    steps_since_draft: int = 0
+    #: steps without drafting after which it probes
+    probe_interval: int = 8
+    #: True while the last draft was a probe
+    probing: bool = False
+
+
+class CostAwarePolicy(DraftLengthPolicy):
+    """Per-step joint draft lengths maximising expected tokens per second.
+
+    Args:
+        max_num_draft_tokens: the cap (vLLM's num_speculative_tokens).
+        probe_interval: steps at length 0 before a request probes with one token.
+        max_probe_interval: the interval's ceiling after backoff.
+        memory: weight kept by older acceptance observations per new one.
+        prior_weight: pseudo-observations pulling a request's rate toward the
+            engine-wide rate.
+        warmup_num_draft_tokens: length drafted while the step costs are not
+            measured yet (both costs need a few samples).
+        target_cost, draft_cost: fixed costs instead of measured ones.
+    """
+
+    def __init__(
+        self,
+        max_num_draft_tokens: int,
+        probe_interval: int = 8,
+        max_probe_interval: int = 256,
+        memory: float = 0.9,
+        prior_weight: float = 2.0,
+        warmup_num_draft_tokens: int = 2,
+        target_cost: FixedLinearCost | None = None,
+        draft_cost: FixedLinearCost | None = None,
+    ):
+        super().__init__(max_num_draft_tokens)
+        if probe_interval < 1 or max_probe_interval < probe_interval:
+            raise ValueError("need 1 <= probe_interval <= max_probe_interval")
+        self.probe_interval = probe_interval
+        self.max_probe_interval = max_probe_interval
+        self.memory = memory
+        self.prior_weight = prior_weight
+        self.warmup_num_draft_tokens = min(warmup_num_draft_tokens, max_num_draft_tokens)
+        self.target_cost = target_cost or OnlineLinearCost()
+        self.draft_cost = draft_cost or OnlineLinearCost()
+        # engine-wide decayed counts (the prior of new requests)
+        self._accepted = 1.0
+        self._rejections = 1.0
+
+    # -- step costs, fed by the proposer ------------------------------------
+    def observe_target_step(self, num_scheduled_tokens: int, seconds: float) -> None:
+        self.target_cost.add(num_scheduled_tokens, seconds)
+
+    def observe_draft_pass(self, num_tokens: int, seconds: float) -> None:
+        self.draft_cost.add(num_tokens, seconds)
+
+    # -- acceptance ---------------------------------------------------------
+    def new_state(self) -> CostAwareState:
+        return CostAwareState(probe_interval=self.probe_interval)
+
+    def acceptance_rate(self, state: CostAwareState) -> float:
+        prior = self._accepted / (self._accepted + self._rejections)
+        w = self.prior_weight
+        rate = (state.accepted + w * prior) / (state.accepted + state.rejections + w)
+        return min(_MAX_RATE, max(_MIN_RATE, rate))
+
+    def observe(
+        self,
+        state: CostAwareState,
+        num_draft_tokens: int,
+        num_accepted_tokens: int,
+        batch: BatchView,
+    ) -> CostAwareState:
+        self._check_observation(num_draft_tokens, num_accepted_tokens)
+        rejected = 1.0 if num_accepted_tokens < num_draft_tokens else 0.0
+        m = self.memory
+        state.accepted = m * state.accepted + num_accepted_tokens
+        state.rejections = m * state.rejections + rejected
+        self._accepted = m * self._accepted + num_accepted_tokens
+        self._rejections = m * self._rejections + rejected
+        return state
+
+    # -- planning -----------------------------------------------------------
+    def next_num_draft_tokens(self, state: CostAwareState, batch: BatchView) -> int:
+        return self.plan_batch([state], batch)[0]
+
+    def plan_batch(self, states: list[CostAwareState], batch: BatchView) -> list[int]:
+        """Every request's length for this step (0 = no draft); updates probing."""
+        if not (self.target_cost.ready and self.draft_cost.ready):
+            plan = [self.warmup_num_draft_tokens] * len(states)
+        else:
+            plan = self.best_plan(states, batch)
+        return self._probe(states, plan)
+
+    def expected_tokens(self, rate: float, num_draft_tokens: int) -> float:
+        """E(k) = (1 - a^(k+1)) / (1 - a): tokens one verification emits."""
+        return (1.0 - rate ** (num_draft_tokens + 1)) / (1.0 - rate)
+
+    def best_plan(self, states: list[CostAwareState], batch: BatchView) -> list[int]:
+        num_reqs = len(states)
+        rates = [self.acceptance_rate(s) for s in states]
+        catch_up = list(batch.catch_up_tokens) or [0] * num_reqs
+        scheduled = batch.num_scheduled_tokens or num_reqs
+        t_base, t_slope = self.target_cost.coefficients()
+        d_base, d_slope = self.draft_cost.coefficients()
+
+        target_now = t_base + t_slope * num_reqs
+        best_ratio = num_reqs / target_now if target_now > 0 else math.inf
+        best = [0] * num_reqs
+        if math.isinf(best_ratio):
+            return best
+        # one more draft token: one more verified position now, one more token
+        # in the draft's first pass of the next step
+        per_token = t_slope + d_slope
+        first_pass = d_base + d_slope * (scheduled + num_reqs)
+        later_pass = d_base + d_slope * num_reqs
+        for cap in range(1, self.max_num_draft_tokens + 1):
+            fixed = target_now + first_pass + (cap - 1) * later_pass
+            ratio = best_ratio
+            plan = best
+            for _ in range(_DINKELBACH_ITERATIONS):
+                lengths, value, cost = self._lengths_at(
+                    ratio, rates, catch_up, cap, per_token, d_slope)
+                catching_up = any(k and m for k, m in zip(lengths, catch_up))
+                cost += fixed + (d_base if catching_up else 0.0)
+                new_ratio = (num_reqs + value) / cost
+                if new_ratio <= ratio * (1 + 1e-9):
+                    break
+                ratio, plan = new_ratio, lengths
+            if ratio > best_ratio * (1 + 1e-9) and max(plan) > 0:
+                best_ratio, best = ratio, plan
+        return best
+
+    @staticmethod
+    def _lengths_at(ratio, rates, catch_up, cap, per_token, catch_up_per_token):
+        """Per request, the length maximising gain - ratio * cost (Dinkelbach)."""
+        lengths, value, cost = [], 0.0, 0.0
+        threshold = ratio * per_token  # a^j must exceed this
+        for rate, missed in zip(rates, catch_up):
+            if threshold >= rate:
+                k = 0
+            elif threshold <= 0.0:
+                k = cap
+            else:
+                # largest k with rate^k > threshold
+                k = min(cap, max(0, math.ceil(math.log(threshold) / math.log(rate)) - 1))
+            gain = rate * (1.0 - rate ** k) / (1.0 - rate)
+            extra = k * per_token + (missed * catch_up_per_token if k else 0.0)
+            if k and gain - ratio * extra <= 0.0:
+                k, gain, extra = 0, 0.0, 0.0
+            lengths.append(k)
+            value += gain
+            cost += extra
+        return lengths, value, cost
+
+    def _probe(self, states: list[CostAwareState], plan: list[int]) -> list[int]:
+        due = [k == 0 and s.steps_since_draft + 1 >= s.probe_interval
+               for s, k in zip(states, plan)]
+        if any(due):
+            due = [k == 0 and 2 * (s.steps_since_draft + 1) >= s.probe_interval
+                   for s, k in zip(states, plan)]
+        out = []
+        for state, k, probe in zip(states, plan, due):
+            if probe:
+                if state.probing:  # the last probe did not pay: back off
+                    state.probe_interval = min(2 * state.probe_interval,
+                                               self.max_probe_interval)
+                state.probing = True
+                state.steps_since_draft = 0
+                out.append(1)
+            elif k > 0:
+                state.probing = False
+                state.probe_interval = self.probe_interval
+                state.steps_since_draft = 0
+                out.append(k)
+            else:
+                state.steps_since_draft += 1
+                out.append(0)
+        return out
