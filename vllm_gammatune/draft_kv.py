@@ -94,8 +94,8 @@ def plan_catch_up_passes(
     return passes
 
 
-def run_catch_up(proposer, common_attn_metadata, segments, token_ids_cpu: np.ndarray,
-                 on_pass=None) -> int:
+def run_catch_up(proposer, common_attn_metadata, segments,
+                 token_ids_cpu: np.ndarray) -> int:
     """Run the draft model over ``segments`` = [(batch row, start, end)] positions.
 
     Args:
@@ -104,7 +104,6 @@ def run_catch_up(proposer, common_attn_metadata, segments, token_ids_cpu: np.nda
             in batch order); only its block table rows are reused.
         token_ids_cpu: [max_num_reqs, max_model_len] vLLM's committed token ids
             (``input_batch.token_ids_cpu``), rows in batch order.
-        on_pass: called with (num_tokens) after each pass (timing).
 
     Returns the number of positions processed.
     """
@@ -169,6 +168,4 @@ def run_catch_up(proposer, common_attn_metadata, segments, token_ids_cpu: np.nda
                 inputs_embeds=None,
             )
         total += num_tokens
-        if on_pass is not None:
-            on_pass(num_tokens)
     return total

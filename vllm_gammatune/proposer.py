@@ -181,6 +181,7 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
         # start time and token count of the draft pass under way
         self._pass_started: float | None = None
         self._pass_tokens = 0
+        self._time_later_passes = False
         #: seconds spent in the plugin's own code per engine lifetime (planning,
         #: observing, cutting drafts; not the draft model), exported as
         #: ``vllm:gammatune_plugin_time_us``
@@ -254,10 +255,16 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
             del self.pending_drafts[req_id]
         self._observe_verification(req_ids, batch)
         step_starts: list[int] = []
+        decode_only = False
         if self._cost_aware:
             cad = kwargs["common_attn_metadata"]
-            step_starts = self._step_starts(cad)
-            self._time_target_step(cad.num_actual_tokens)
+            step_starts, longest_query = self._step_starts(cad)
+            # Prefill chunks are compute-bound and hundreds of tokens long; a
+            # line through them says little about verifying a few draft tokens,
+            # which is what the decision is about: fit decode steps only.
+            decode_only = longest_query <= 1 + num_speculative_tokens
+            if decode_only:
+                self._time_target_step(cad.num_actual_tokens)
             self.draft_kv_holes.forget_missing(runner.requests)
             batch = BatchView(
                 batch_size=len(req_ids),
@@ -274,7 +281,10 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
             caught_up_tokens = self._catch_up(req_ids, step_starts, step, batch, kwargs)
             cad = kwargs["common_attn_metadata"]
             self._pass_tokens = cad.num_actual_tokens + len(req_ids)
-            self._pass_started = self._synchronized_clock()
+            # the first pass runs over the step's target tokens: a prefill
+            # chunk is not a decode-regime sample (see above), later passes are
+            self._pass_started = self._synchronized_clock() if decode_only else None
+            self._time_later_passes = True
         self._step = step
         try:
             super().propose(step.num_steps, *args, **kwargs)
@@ -283,6 +293,7 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
         finally:
             self._step = None
             self._pass_started = None
+            self._time_later_passes = False
         start = time.perf_counter()
         # [batch, tokens drafted this step]
         draft_token_ids = torch.stack(step.token_ids, dim=1)
@@ -303,14 +314,16 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
 
     # -- gammatune_cost: skipping, catching up, timing ------------------------
     @staticmethod
-    def _step_starts(common_attn_metadata) -> list[int]:
-        """Per request, the position of its first target token this step."""
+    def _step_starts(common_attn_metadata) -> tuple[list[int], int]:
+        """Per request, the position of its first target token this step; and
+        the longest query of the step."""
         query_start_loc = common_attn_metadata.query_start_loc_cpu
         num_reqs = common_attn_metadata.num_reqs
         # [num_reqs]
         query_lens = query_start_loc[1 : num_reqs + 1] - query_start_loc[:num_reqs]
         seq_lens = common_attn_metadata.seq_lens[:num_reqs].cpu()
-        return (seq_lens - query_lens).tolist()
+        longest = int(query_lens.max()) if num_reqs else 0
+        return (seq_lens - query_lens).tolist(), longest
 
     def _skip_draft_model(self, req_ids, step_starts, step: _DraftStep):
         """No request drafts: the draft model does not run this step."""
@@ -333,16 +346,12 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
         caught_up = {req_ids[row] for row, _, _ in segments}
         num_tokens = 0
         if segments:
-            started = [self._synchronized_clock()]
-
-            def timed(pass_tokens: int) -> None:
-                now = self._synchronized_clock()
-                self.policy.observe_draft_pass(pass_tokens, now - started[0])
-                started[0] = now
-
+            # Catch-up passes are prefill-like (many tokens per request): not
+            # fed to the decode-regime draft cost; the policy charges them at
+            # the fitted per-token slope.
             num_tokens = run_catch_up(
                 self, kwargs["common_attn_metadata"], segments,
-                self._runner.input_batch.token_ids_cpu, on_pass=timed)
+                self._runner.input_batch.token_ids_cpu)
         self.draft_kv_holes.on_draft_pass(req_ids, step_starts, caught_up)
         return num_tokens
 
@@ -406,9 +415,11 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
         step = self._step
         if step is None:
             return super()._sample_draft_tokens(hidden_states, sampling_metadata)
-        if self._pass_started is not None:  # gammatune_cost: time the pass
+        if self._time_later_passes:  # gammatune_cost: time the passes
             now = self._synchronized_clock()
-            self.policy.observe_draft_pass(self._pass_tokens, now - self._pass_started)
+            if self._pass_started is not None:
+                self.policy.observe_draft_pass(self._pass_tokens,
+                                               now - self._pass_started)
             # the next pass runs over one token per request
             self._pass_started, self._pass_tokens = now, hidden_states.shape[0]
         if not step.needs_distribution:

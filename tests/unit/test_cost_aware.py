@@ -144,9 +144,8 @@ def test_catch_up_cost_makes_a_lagging_request_wait():
 def test_reprobes_with_backoff():
     p = policy(probe_interval=4, max_probe_interval=16)
     state = trained_states(p, 1, drafted=4, accepted=0)[0]
-    batch = BatchView(16, 16)
-    plans = [p.plan_batch([state] + trained_states(p, 15, 4, 0), batch)[0]
-             for _ in range(60)]
+    batch = BatchView(1, 1)  # where a good draft would pay, this one does not
+    plans = [p.plan_batch([state], batch)[0] for _ in range(60)]
     probes = [i for i, k in enumerate(plans) if k]
     assert all(plans[i] == 1 for i in probes)
     gaps = [b - a for a, b in zip(probes, probes[1:])]
@@ -265,3 +264,11 @@ def test_catch_up_passes_cover_each_segment_once_in_order(capacity):
             covered.setdefault(row, []).extend(range(start, end))
     assert covered == {0: list(range(10, 17)), 3: list(range(5)), 7: [2]}
     assert len(passes) == math.ceil(13 / capacity) or capacity < 7
+
+
+def test_no_probe_where_even_a_perfect_draft_would_not_pay():
+    # a draft pass costs as much as a target step: drafting never pays
+    p = policy(draft=FixedLinearCost(0.5, 0.0), probe_interval=2)
+    states = trained_states(p, 4, drafted=4, accepted=0)
+    plans = [p.plan_batch(states, BatchView(4, 4)) for _ in range(20)]
+    assert all(plan == [0] * 4 for plan in plans)

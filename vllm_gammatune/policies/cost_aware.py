@@ -35,7 +35,9 @@ requests (``prior_weight`` pseudo-observations), so a new request starts from
 what the engine has seen.
 
 Probing: a request at length 0 learns nothing, so after ``probe_interval``
-steps without drafting it drafts one token (with every other request that is
+steps without drafting it drafts one token (only if some acceptance rate could
+make drafting pay at the step's batch and costs: at a batch where even a
+perfect draft loses, a probe could not change the decision and is not run) (with every other request that is
 at least half-way due, so they share the draft pass); each further probe
 without drafting in between doubles the interval, up to ``max_probe_interval``;
 drafting for its own sake resets it.
@@ -148,18 +150,27 @@ class CostAwarePolicy(DraftLengthPolicy):
     def plan_batch(self, states: list[CostAwareState], batch: BatchView) -> list[int]:
         """Every request's length for this step (0 = no draft); updates probing."""
         if not (self.target_cost.ready and self.draft_cost.ready):
-            plan = [self.warmup_num_draft_tokens] * len(states)
-        else:
-            plan = self.best_plan(states, batch)
-        return self._probe(states, plan)
+            return self._probe(states, [self.warmup_num_draft_tokens] * len(states),
+                               may_probe=True)
+        plan = self.best_plan(states, batch)
+        # A probe is worth its draft pass only if some acceptance could make
+        # drafting pay at this batch and these costs: if even a draft that is
+        # always right would not, no probe can change the decision.
+        may_probe = max(plan) > 0 or max(self.best_plan(
+            states, batch, rates=[_MAX_RATE] * len(states))) > 0
+        return self._probe(states, plan, may_probe)
 
     def expected_tokens(self, rate: float, num_draft_tokens: int) -> float:
         """E(k) = (1 - a^(k+1)) / (1 - a): tokens one verification emits."""
         return (1.0 - rate ** (num_draft_tokens + 1)) / (1.0 - rate)
 
-    def best_plan(self, states: list[CostAwareState], batch: BatchView) -> list[int]:
+    def best_plan(self, states: list[CostAwareState], batch: BatchView,
+                  rates: list[float] | None = None) -> list[int]:
+        """The lengths maximising expected tokens per second (``rates``: the
+        requests' acceptance rates, default their estimates)."""
         num_reqs = len(states)
-        rates = [self.acceptance_rate(s) for s in states]
+        if rates is None:
+            rates = [self.acceptance_rate(s) for s in states]
         catch_up = list(batch.catch_up_tokens) or [0] * num_reqs
         scheduled = batch.num_scheduled_tokens or num_reqs
         t_base, t_slope = self.target_cost.coefficients()
@@ -214,8 +225,9 @@ class CostAwarePolicy(DraftLengthPolicy):
             cost += extra
         return lengths, value, cost
 
-    def _probe(self, states: list[CostAwareState], plan: list[int]) -> list[int]:
-        due = [k == 0 and s.steps_since_draft + 1 >= s.probe_interval
+    def _probe(self, states: list[CostAwareState], plan: list[int],
+               may_probe: bool) -> list[int]:
+        due = [may_probe and k == 0 and s.steps_since_draft + 1 >= s.probe_interval
                for s, k in zip(states, plan)]
         if any(due):
             due = [k == 0 and 2 * (s.steps_since_draft + 1) >= s.probe_interval
