@@ -57,15 +57,20 @@ def target_samples(tiny):
 @pytest.mark.parametrize(
     "method,extra",
     [
-        ("gammatune", {}),
-        ("gammatune_plus", {"confidence_threshold": 0.5}),
+        ("gammatune", {"gamma_init": 3}),
+        ("gammatune_plus", {"gamma_init": 3, "confidence_threshold": 0.5}),
         # full draft distributions in rejection sampling instead of one-hot drafts
-        ("gammatune_plus", {"confidence_threshold": 0.5, "draft_sample_method": "probabilistic"}),
+        ("gammatune_plus", {"gamma_init": 3, "confidence_threshold": 0.5,
+                            "draft_sample_method": "probabilistic"}),
+        # costs under which drafting always pays: every request drafts the cap
+        ("gammatune_cost", {"fixed_step_costs": {
+            "target_step_s": 0.01, "target_token_s": 0.0, "draft_pass_s": 0.0,
+            "draft_token_s": 0.0}}),
     ],
 )
 def test_sampled_distribution_matches_target(tiny, target_samples, method, extra):
     spec = {"method": method, "model": tiny["draft"], "num_speculative_tokens": 4,
-            "gamma_init": 3, **extra}
+            **extra}
     spec_samples = sample(tiny["target"], spec)
     for position in range(1, NEW_TOKENS):
         p = homogeneity_pvalue(target_samples, spec_samples, position)
