@@ -21,7 +21,7 @@ import contextlib
 import gc
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 #: name -> (draft path, initial/fixed length k, cap) -> speculative_config or None
@@ -76,6 +76,7 @@ _COUNTERS = {
     "plugin_time_us": "vllm:gammatune_plugin_time_us",
     "skipped_draft_steps": "vllm:gammatune_skipped_draft_steps",
     "catch_up_tokens": "vllm:gammatune_catch_up_tokens",
+    "plugin_steps": "vllm:gammatune_steps",
 }
 
 
@@ -103,8 +104,11 @@ class Measurement:
     draft_forward_passes: float
     relaxed_acceptances: float
     plugin_time_us: float
+    #: one record per generate call: prompt indices, turn, wall time, tokens, counters
+    batches: list[dict[str, Any]] = field(default_factory=list)
     skipped_draft_steps: float = 0.0
     catch_up_tokens: float = 0.0
+    plugin_steps: float = 0.0
 
     @property
     def tokens_per_second(self) -> float:
@@ -131,6 +135,11 @@ class Measurement:
         return self.draft_tokens / self.output_tokens
 
     @property
+    def plugin_us_per_step(self) -> float | None:
+        """The plugin's own time per engine step (not the draft model)."""
+        return self.plugin_time_us / self.plugin_steps if self.plugin_steps else None
+
+    @property
     def draft_forward_passes_per_token(self) -> float | None:
         if self.draft_forward_passes:
             return self.draft_forward_passes / self.output_tokens
@@ -140,7 +149,8 @@ class Measurement:
         data = asdict(self)
         for name in ("tokens_per_second", "mean_accepted_length", "acceptance_rate",
                      "mean_draft_length", "target_passes_per_token",
-                     "draft_tokens_per_token", "draft_forward_passes_per_token"):
+                     "draft_tokens_per_token", "draft_forward_passes_per_token",
+                     "plugin_us_per_step"):
             data[name] = getattr(self, name)
         return data
 
@@ -174,20 +184,51 @@ def measure(
     params,
     batch_size: int = 1,
     on_outputs: Callable[[list], None] | None = None,
+    follow_ups: Sequence[Sequence[str]] | None = None,
 ) -> Measurement:
-    """Time ``prompts`` in batches of ``batch_size`` on a warmed-up engine."""
+    """Time ``prompts`` in batches of ``batch_size`` on a warmed-up engine.
+
+    ``follow_ups`` (chat conversations only): per prompt, its further user
+    turns. After a batch is answered, each conversation that has a next turn
+    is extended with the model's own answer and that turn and generated again
+    (Spec-Bench's multi-turn protocol); every turn is timed and counted.
+    ``on_outputs`` gets the outputs of every generate call, in the order of
+    ``Measurement.batches`` (which says the prompts' indices and turn).
+    Counters are read between calls, outside the timed span.
+    """
     _generate(llm, prompts[:1], params)  # warm-up, not timed
-    before = read_counters(llm)
+    first = previous = read_counters(llm)
     output_tokens = 0
-    start = time.perf_counter()
+    wall = 0.0
+    batches: list[dict[str, Any]] = []
     for i in range(0, len(prompts), batch_size):
-        outputs = _generate(llm, prompts[i : i + batch_size], params)
-        output_tokens += sum(len(o.outputs[0].token_ids) for o in outputs)
-        if on_outputs is not None:
-            on_outputs(outputs)
-    wall = time.perf_counter() - start
-    after = read_counters(llm)
-    delta = {key: after[key] - before[key] for key in after}
+        chunk = list(prompts[i : i + batch_size])
+        indices = list(range(i, i + len(chunk)))
+        turn = 1
+        while chunk:
+            start = time.perf_counter()
+            outputs = _generate(llm, chunk, params)
+            seconds = time.perf_counter() - start
+            wall += seconds
+            tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
+            output_tokens += tokens
+            now = read_counters(llm)
+            batches.append({"indices": indices, "turn": turn, "wall_seconds": seconds,
+                            "output_tokens": tokens,
+                            **{key: now[key] - previous[key] for key in now}})
+            previous = now
+            if on_outputs is not None:
+                on_outputs(outputs)
+            if follow_ups is None:
+                break
+            keep = [j for j, idx in enumerate(indices) if len(follow_ups[idx]) >= turn]
+            chunk = [[*chunk[j], {"role": "assistant", "content": outputs[j].outputs[0].text},
+                      {"role": "user", "content": follow_ups[indices[j]][turn - 1]}]
+                     for j in keep]
+            indices = [indices[j] for j in keep]
+            turn += 1
+    delta = {key: previous[key] - first[key] for key in previous}
     return Measurement(method=method, k=k, batch_size=batch_size,
-                       num_requests=len(prompts), output_tokens=output_tokens,
-                       wall_seconds=wall, **delta)
+                       num_requests=sum(len(b["indices"]) for b in batches),
+                       output_tokens=output_tokens, wall_seconds=wall, batches=batches,
+                       **delta)

@@ -60,6 +60,7 @@ _HEADER_FIELDS = (
     "plugin_micros",
     "num_skipped_draft_steps",
     "num_catch_up_tokens",
+    "num_steps",
 )
 _INT64 = struct.Struct("<q")
 
@@ -135,6 +136,7 @@ class StepCounters:
             self._set(11, round(policy_seconds * 1e6))
         self._add(12, num_skipped_draft_steps)
         self._add(13, num_catch_up_tokens)
+        self._add(14, 1)
 
     def set_tracked_requests(self, tracked_requests: int) -> None:
         """The number of requests with policy state, between drafting steps."""
@@ -250,6 +252,12 @@ class _PrometheusCollector:
             "Positions the draft model processed to catch up after skipped steps.",
             labels=labels,
         )
+        steps = CounterMetricFamily(
+            "vllm:gammatune_steps",
+            "Engine steps seen by the plugin's drafter (plugin_time_us / steps = "
+            "the plugin's own time per step).",
+            labels=labels,
+        )
         tracked = GaugeMetricFamily(
             "vllm:gammatune_tracked_requests",
             "Requests with draft-length state held by the plugin.",
@@ -281,8 +289,9 @@ class _PrometheusCollector:
             plugin_seconds.add_metric(label_values, snap["plugin_micros"])
             skipped.add_metric(label_values, snap["num_skipped_draft_steps"])
             catch_up.add_metric(label_values, snap["num_catch_up_tokens"])
+            steps.add_metric(label_values, snap["num_steps"])
         yield from (length, planned, stops, forwards, tracked, entropy_stops, relaxed,
-                    mean_tg, mean_tv, plugin_seconds, skipped, catch_up)
+                    mean_tg, mean_tv, plugin_seconds, skipped, catch_up, steps)
 
 
 _collector: _PrometheusCollector | None = None

@@ -52,3 +52,235 @@ def test_report_summary_is_mean_and_std_over_initial_lengths():
     assert "Best vLLM fixed K of the sweep: K=4" in text
     # speedups 10/8 = 1.25 and 11/10 = 1.10 -> mean 1.175, std 0.106
     assert "| gammatune | 1.175x | 0.106 | 2 |" in text
+
+
+# -- issue 4: shared helpers, serving, traces, multi-turn ---------------------
+
+import json  # noqa: E402
+from types import SimpleNamespace  # noqa: E402
+
+import bench_common  # noqa: E402
+import run_bench  # noqa: E402
+import serve_bench  # noqa: E402
+
+from vllm_gammatune import trace  # noqa: E402
+from vllm_gammatune.evaluation import measure  # noqa: E402
+
+
+def test_parse_ks_names_and_lists():
+    assert bench_common.parse_ks("paper") == [1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 20, 24]
+    assert bench_common.parse_ks("quick") == [2, 4, 8]
+    assert bench_common.parse_ks("3, 5") == [3, 5]
+
+
+def write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_load_prompts_turns_split_and_per_category(tmp_path):
+    path = write_jsonl(tmp_path / "q.jsonl", [
+        {"question_id": 1, "category": "a", "turns": ["a1", "a1-second"]},
+        {"question_id": 2, "category": "a", "turns": ["a2", "a2-second"]},
+        {"question_id": 3, "category": "b", "turns": ["b3"]},
+        {"question_id": 4, "category": "a", "turns": ["a4", "a4-second"]},
+    ])
+    assert bench_common.load_prompts("specbench", 1, spec_bench_path=path) == [
+        ("a", ["a1"]), ("b", ["b3"])]
+    assert bench_common.load_prompts("specbench", None, "eval", turns=2,
+                                     spec_bench_path=path) == [
+        ("a", ["a2", "a2-second"]), ("a", ["a4", "a4-second"])]
+    assert bench_common.load_prompts("specbench", 5, "tune", turns=2,
+                                     spec_bench_path=path) == [
+        ("a", ["a1", "a1-second"]), ("b", ["b3"])]
+    plain = write_jsonl(tmp_path / "mine.jsonl", [{"prompt": "p"}, {"question": "q"}])
+    assert bench_common.load_prompts(str(plain)) == [("mine", ["p"]), ("mine", ["q"])]
+
+
+def test_parse_spec_options_substitutes_draft_and_refuses_bad_input():
+    specs = bench_common.parse_spec_options(
+        ['cost={"method": "gammatune_cost", "model": "{draft}", "num_speculative_tokens": 16}'],
+        "/models/draft")
+    assert specs == {"cost": {"method": "gammatune_cost", "model": "/models/draft",
+                              "num_speculative_tokens": 16}}
+    with pytest.raises(ValueError, match="NAME=JSON"):
+        bench_common.parse_spec_options(['{"method": "x"}'], "d")
+    with pytest.raises(ValueError, match="'method'"):
+        bench_common.parse_spec_options(['x={"model": "d"}'], "d")
+
+
+def test_cell_keys_and_resume_skip_truncated_lines(tmp_path):
+    assert bench_common.cell_key("gammatune", 4, 1, 0.0) == "gammatune|k=4|b=1|t=0.0"
+    assert bench_common.cell_key("gammatune", 4, 16, 0.7, size_name="c", turns=2) == \
+        "gammatune|k=4|c=16|t=0.7|turns=2"
+    path = tmp_path / "cells.jsonl"
+    path.write_text('{"key": "a"}\n{"key": "b"}\n{"key": "c", "tok')
+    assert bench_common.done_keys(path) == {"a", "b"}
+
+
+def test_per_category_sums_homogeneous_batches_and_pools_mixed_ones():
+    batches = [
+        {"indices": [0, 1], "turn": 1, "wall_seconds": 2.0, "output_tokens": 20,
+         "drafts": 4, "draft_tokens": 8, "accepted": 6},
+        {"indices": [0], "turn": 2, "wall_seconds": 1.0, "output_tokens": 10,
+         "drafts": 2, "draft_tokens": 4, "accepted": 1},
+        {"indices": [2, 3], "turn": 1, "wall_seconds": 3.0, "output_tokens": 30,
+         "drafts": 1, "draft_tokens": 2, "accepted": 2},
+    ]
+    sums = run_bench.per_category(batches, ["code", "code", "code", "math"])
+    assert sums["code"]["wall_seconds"] == 3.0 and sums["code"]["output_tokens"] == 30
+    assert sums["code"]["accepted"] == 7 and sums["code"]["requests"] == 3
+    assert sums["mixed"]["output_tokens"] == 30 and "math" not in sums
+
+
+class FakeLLM:
+    """Answers every conversation with its length; counts one draft per call."""
+
+    def __init__(self):
+        self.calls, self.drafts = [], 0
+
+    def chat(self, conversations, params, use_tqdm=False):
+        self.calls.append(conversations)
+        self.drafts += 1
+        return [SimpleNamespace(outputs=[SimpleNamespace(
+            text=f"answer{len(conv)}", token_ids=[1] * len(conv))]) for conv in conversations]
+
+    def get_metrics(self):
+        return [SimpleNamespace(name="vllm:spec_decode_num_drafts", value=self.drafts)]
+
+
+def test_measure_sends_second_turn_after_the_models_answer():
+    llm = FakeLLM()
+    prompts = [[{"role": "user", "content": f"q{i}"}] for i in range(3)]
+    seen = []
+    result = measure(llm, "m", 2, prompts, None, batch_size=2, on_outputs=seen.append,
+                     follow_ups=[["q0-second"], [], ["q2-second"]])
+    # warm-up, batch [0, 1] turn 1, [0] turn 2, [2] turn 1, [2] turn 2
+    assert [len(c) for c in llm.calls] == [1, 2, 1, 1, 1]
+    assert llm.calls[2][0] == [{"role": "user", "content": "q0"},
+                               {"role": "assistant", "content": "answer1"},
+                               {"role": "user", "content": "q0-second"}]
+    assert [(b["indices"], b["turn"]) for b in result.batches] == [
+        ([0, 1], 1), ([0], 2), ([2], 1), ([2], 2)]
+    assert result.num_requests == 5 and len(seen) == 4
+    assert result.output_tokens == 1 + 1 + 3 + 1 + 3
+    assert result.drafts == 4 and [b["drafts"] for b in result.batches] == [1, 1, 1, 1]
+
+
+METRICS_PAGE = """# HELP vllm:spec_decode_num_drafts_total drafts
+vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 10.0
+vllm:spec_decode_num_drafts_total{engine="1",model_name="m"} 5.0
+vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="m"} 40.0
+vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="m"} 30.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="0"} 9.0
+vllm:gammatune_plugin_time_us_total{engine="0",model_name="m"} 1200.0
+vllm:gammatune_draft_length_bucket{le="1.0"} 3.0
+"""
+
+
+def test_parse_metrics_sums_labels_and_derives_counts():
+    values = serve_bench.parse_metrics(METRICS_PAGE)
+    assert values == {"drafts": 15.0, "draft_tokens": 40.0, "accepted": 30.0,
+                      "gammatune_plugin_time_us": 1200.0}
+    before = {"drafts": 5.0, "draft_tokens": 10.0, "accepted": 10.0,
+              "gammatune_plugin_time_us": 200.0}
+    delta = serve_bench.metrics_delta(before, values)
+    counts = serve_bench.derived(delta, output_tokens=40)
+    assert counts["mean_accepted_length"] == pytest.approx(3.0)  # 1 + 20 / 10
+    assert counts["acceptance_rate"] == pytest.approx(20 / 30)
+    assert counts["target_passes_per_token"] == pytest.approx(0.5)
+    assert counts["plugin_time_us_per_token"] == pytest.approx(25.0)
+    assert serve_bench.derived({}, 0)["mean_accepted_length"] is None
+
+
+def test_sharegpt_rows_render_first_turn_and_plan_skips_done_cells():
+    rows = serve_bench.sharegpt_rows([("code", ["hi", "again"])], lambda t: f"<{t}>")
+    assert rows[0]["conversations"][0] == {"from": "human", "value": "<hi>"}
+    custom = {"cost": {"method": "gammatune_cost", "model": "d"}}
+    done = {bench_common.cell_key("no_spec", 0, 1, 0.0, size_name="c")}
+    plan = bench_common.plan_cells(["no_spec", "gammatune", "cost"], [2, 4], [1, 4], [0.0],
+                                   custom, done, size_name="c")
+    assert [(m, k, todo) for m, k, todo, _ in plan] == [
+        ("no_spec", 0, [(4, 0.0)]), ("gammatune", 2, [(1, 0.0), (4, 0.0)]),
+        ("gammatune", 4, [(1, 0.0), (4, 0.0)]), ("cost", 0, [(1, 0.0), (4, 0.0)])]
+    assert plan[3][3] == custom["cost"] and plan[1][3] == {}
+    variant = bench_common.plan_cells(["gammatune"], [2], [1], [0.0], {}, set(),
+                                      variant_of=lambda m: {"eta": 0.3})
+    assert variant[0][3] == {"eta": 0.3}
+    with pytest.raises(ValueError, match="unknown 'nope'"):
+        bench_common.plan_cells(["nope"], [2], [1], [0.0], {}, set())
+
+
+def test_trace_writer_numbers_steps_per_request(tmp_path, monkeypatch):
+    path = tmp_path / "trace.jsonl"
+    monkeypatch.setenv(trace.ENV_VAR, str(path))
+    trace._reset_for_tests()
+    try:
+        trace.record("a", 4, 2)
+        trace.record("b", 4, 4)
+        trace.record("a", 3, 1)
+        trace.writer().flush()
+    finally:
+        trace._reset_for_tests()
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert lines == [
+        {"req_id": "a", "step": 1, "num_draft_tokens": 4, "num_accepted_tokens": 2},
+        {"req_id": "b", "step": 1, "num_draft_tokens": 4, "num_accepted_tokens": 4},
+        {"req_id": "a", "step": 2, "num_draft_tokens": 3, "num_accepted_tokens": 1}]
+    steps = report.load_trace(path)
+    assert [s["step"] for s in steps["a"]] == [1, 2]
+    assert report.longest_trace([path])[1] == "a"
+
+
+def test_trace_is_off_without_the_variable(tmp_path, monkeypatch):
+    monkeypatch.delenv(trace.ENV_VAR, raising=False)
+    trace._reset_for_tests()
+    trace.record("a", 4, 2)
+    assert trace.writer() is None
+    trace._reset_for_tests()
+
+
+def sized(method, k, tps, batch, categories=None):
+    row = cell(method, k, tps, forwards=1.0)
+    row["batch_size"] = batch
+    if categories:
+        row["per_category"] = {c: {"output_tokens": t, "wall_seconds": 1.0, "drafts": 2,
+                                   "accepted": 2} for c, t in categories.items()}
+    return row
+
+
+def test_summary_best_k_and_categories():
+    rows = [sized("vllm_draft_model", 2, 8.0, 1, {"code": 8.0, "chat": 8.0}),
+            sized("vllm_draft_model", 4, 10.0, 1, {"code": 12.0, "chat": 8.0}),
+            sized("gammatune", 2, 10.0, 1, {"code": 12.0, "chat": 4.0}),
+            sized("gammatune", 4, 12.0, 1, {"code": 12.0, "chat": 12.0})]
+    text = report.build_report(rows, {})
+    # vs same K: 10/8 and 12/10 -> 1.225 ± 0.035; vs best K (10): 1.0, 1.2 -> 1.100 ± 0.141
+    assert "| gammatune | 1.225x | 0.035 | 2 | 1.100 ± 0.141 |" in text
+    # code: 12/8 = 1.5 and 12/12 = 1.0 -> 1.25 ± 0.35; chat: 0.5 and 1.5 -> 1.00 ± 0.71
+    assert "| gammatune | 1.00 ± 0.71 | 1.25 ± 0.35 |" in text
+
+
+def test_throughput_by_batch_averages_over_k():
+    rows = [sized("gammatune", 2, 10.0, 1), sized("gammatune", 4, 12.0, 1),
+            sized("gammatune", 2, 30.0, 4)]
+    series = report.throughput_by_batch(rows)[(0.0, 1)]["gammatune"]
+    assert series[0][:2] == (1, 11.0) and series[1] == (4, 30.0, 0.0)
+
+
+def test_serving_table_speedup_against_no_spec_at_same_concurrency():
+    rows = [{"method": "no_spec", "k": 0, "concurrency": 4, "temperature": 0.0,
+             "output_throughput": 20.0, "num_requests": 8, "completed": 8},
+            {"method": "gammatune", "k": 3, "concurrency": 4, "temperature": 0.0,
+             "output_throughput": 25.0, "median_tpot_ms": 40.0, "num_requests": 8,
+             "completed": 8, "metrics_delta": {}},
+            {"method": "no_spec", "k": 0, "concurrency": 1, "temperature": 0.0,
+             "output_throughput": 5.0, "num_requests": 8, "completed": 8}]
+    text = "\n".join(report.serving_table(rows))
+    assert "| gammatune | 3 | 4 | 0.0 | - | 25.00 | 1.25 | - / 40.0 |" in text
+
+
+def test_projection_unknown_for_uncounted_drafters():
+    schedule = cell("vllm_schedule", 3, 8.0, passes=0.4)
+    assert report.draft_forwards_per_token(schedule) is None
+    assert report.projected_speedup(schedule, 10) is None

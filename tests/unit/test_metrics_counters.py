@@ -9,7 +9,9 @@ def test_counters_shared_between_writer_and_reader(tmp_path):
                            num_confidence_stops=2, tracked_requests=3,
                            num_draft_forward_passes=7)
         writer.record_step([2], num_planned_draft_tokens=2, num_confidence_stops=0,
-                           tracked_requests=1)
+                           tracked_requests=1, num_catch_up_tokens=9)
+        writer.record_step([], num_planned_draft_tokens=0, num_confidence_stops=0,
+                           tracked_requests=1, num_skipped_draft_steps=1)
         snap = owner.snapshot()
         assert snap["num_drafts"] == 5
         assert snap["num_draft_tokens"] == 1 + 4 + 4 + 7 + 2
@@ -17,6 +19,9 @@ def test_counters_shared_between_writer_and_reader(tmp_path):
         assert snap["num_confidence_stops"] == 2
         assert snap["tracked_requests"] == 1
         assert snap["num_draft_forward_passes"] == 7
+        assert snap["num_skipped_draft_steps"] == 1
+        assert snap["num_catch_up_tokens"] == 9
+        assert snap["num_steps"] == 3
         # lengths above the cap land in the cap's bucket
         assert snap["draft_length_counts"] == [0, 1, 1, 0, 3]
         writer.remove()

@@ -5,6 +5,7 @@
 | ``arg_utils`` | ``EngineArgs.create_speculative_config`` | accept the plugin's methods and keys, map them to ``draft_model`` + ``additional_config``, turn async scheduling off | vLLM lets plugins register spec methods |
 | ``gpu_model_runner`` | ``GPUModelRunner.__init__`` | build ``AdaptiveDraftModelProposer`` for the plugin's methods | vLLM offers a drafter registry |
 | ``gpu_model_runner`` | ``GPUModelRunner._sample`` | make the step's ``req_ids`` known to AdaSD's verification | vLLM offers a per-request acceptance hook |
+| ``gpu_model_runner`` | ``GPUModelRunner._update_states`` | drop finished/aborted requests' policy state when the worker hears of them (an idle engine holds none) | vLLM offers a request-finished hook for drafters |
 | ``rejection_sampler`` | ``rejection_sample`` | AdaSD's relaxed acceptance (lossy, opt-in); the original otherwise | vLLM offers a per-request acceptance hook |
 | ``rejection_sampler`` | ``expand_batch_to_tokens`` | CPU only: vLLM's C++ fallback leaves the target's per-token temperature/top-k/top-p uninitialised, so sampled spec decoding is lossy on CPU | vLLM's ``_expand_kernel_impl`` copies its result back |
 
