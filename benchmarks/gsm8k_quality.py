@@ -19,7 +19,7 @@ import re
 import sys
 from pathlib import Path
 
-from run_bench import SHARED_DATA
+from bench_common import SHARED_DATA
 
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 

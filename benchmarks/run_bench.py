@@ -1,18 +1,29 @@
-"""Benchmark harness: speculative methods x initial lengths x batch sizes.
+"""Benchmark harness: speculative methods x initial lengths x batch sizes x temperatures.
 
-One engine per (method, k); every batch size of the cell runs in it. Results
-are appended to a JSONL file one cell at a time, so a killed run resumes where
-it stopped (cells already in the file are skipped). ``report.py`` turns the
-file into Markdown tables and plots.
+One engine per (method, k); every batch size and temperature of the cell
+runs in it. Results are appended to a JSONL file one cell at a time, so a
+killed run resumes where it stopped (cells already in the file are skipped).
+``report.py`` turns the file into Markdown tables and plots.
 
     python benchmarks/run_bench.py --out benchmarks/results/quick \\
-        --methods no_spec,vllm_draft_model,fixed_draft,gammatune --k 2,4,8 \\
-        --dataset specbench --per-category 1 --max-tokens 64
+        --methods no_spec,vllm_draft_model,fixed_draft,gammatune --k quick \\
+        --batch-sizes 1,4,16 --temperature 0,0.7 --dataset specbench --per-category 1
 
-Prompts: Spec-Bench (``--dataset specbench``: every category, ``--per-category``
-questions each, first turn only; ``--split tune`` keeps odd question ids,
-``eval`` even ones), GSM8K (``--dataset gsm8k``) or any JSONL with a
-``prompt`` or ``question`` field. The target's chat template is applied.
+Methods: names of ``vllm_gammatune.evaluation.METHODS`` and ``--spec
+NAME=JSON`` custom speculative configs (``{draft}`` = the draft's path).
+``--k``: "paper" (1-8, 12, 16, 20, 24), "quick" (2, 4, 8) or a list.
+
+Prompts: Spec-Bench (``--dataset specbench``: every category,
+``--per-category`` questions each; ``--turns 2`` sends each question's second
+turn after the model's own answer to the first, as Spec-Bench does;
+``--split tune`` keeps odd question ids, ``eval`` even ones), GSM8K
+(``--dataset gsm8k``) or any JSONL with a ``prompt``/``question`` field (or
+``turns``). The target's chat template is applied.
+
+Progress: one line on stderr (tqdm) with the prompts done over the whole
+run, the time left, and the current cell's progress. ``--trace`` writes each
+engine's per-request draft lengths (``VLLM_GAMMATUNE_TRACE``) to
+``<out>/traces/`` for report.py's Figure 2a-style plot.
 """
 
 from __future__ import annotations
@@ -20,83 +31,43 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import time
-from collections import defaultdict
-from datetime import datetime, timezone
 from pathlib import Path
 
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+from bench_common import (add_common_args, append_row, cell_key, done_keys, load_prompts,
+                          parse_floats, parse_ks, parse_spec_options, plan_cells,
+                          run_context, trace_path, write_context)
 
 
-def load_prompts(dataset: str, per_category: int, split: str, limit: int | None):
-    """[(category, conversation)]: a user turn each."""
-    if dataset == "specbench":
-        path = SHARED_DATA / "spec_bench_question.jsonl"
-        rows = [json.loads(line) for line in path.open()]
-        keep = {"tune": 1, "eval": 0}.get(split)
-        by_category = defaultdict(list)
-        for row in rows:
-            if keep is None or row["question_id"] % 2 == keep:
-                by_category[row["category"]].append(row)
-        prompts = [(cat, row["turns"][0]) for cat, items in by_category.items()
-                   for row in items[:per_category]]
-    else:
-        path = SHARED_DATA / "gsm8k_test.jsonl" if dataset == "gsm8k" else Path(dataset)
-        rows = [json.loads(line) for line in path.open()]
-        name = "gsm8k" if dataset == "gsm8k" else path.stem
-        prompts = [(row.get("category", name), row.get("prompt") or row["question"])
-                   for row in rows]
-    if limit:
-        prompts = prompts[:limit]
-    return [(cat, [{"role": "user", "content": text}]) for cat, text in prompts]
+def per_category(batches: list[dict], categories: list[str]) -> dict[str, dict]:
+    """Sum the batches whose prompts are all of one category, per category.
 
-
-def cell_key(method: str, k: int, batch_size: int, temperature: float,
-             variant: dict | None = None) -> str:
-    suffix = f"|{json.dumps(variant, sort_keys=True)}" if variant else ""
-    return f"{method}|k={k}|b={batch_size}|t={temperature}{suffix}"
-
-
-def done_keys(path: Path) -> set[str]:
-    if not path.exists():
-        return set()
-    return {json.loads(line)["key"] for line in path.open() if line.strip()}
-
-
-def context(args, target: str, draft: str) -> dict:
-    import vllm
-
-    import vllm_gammatune
-
-    return {
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "vllm": vllm.__version__,
-        "vllm_gammatune": vllm_gammatune.__version__,
-        "target": target,
-        "draft": draft,
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.platform()}",
-        "omp_threads_bind": os.environ.get("VLLM_CPU_OMP_THREADS_BIND"),
-        "args": vars(args),
-    }
+    Batches mixing categories are summed under "mixed" (no per-category time
+    can be told apart inside one batch). Prompts are grouped by category, so
+    at batch 1, and when ``per_category`` is a multiple of the batch size,
+    nothing is mixed.
+    """
+    sums: dict[str, dict] = {}
+    fields = ("wall_seconds", "output_tokens", "drafts", "draft_tokens", "accepted",
+              "draft_forward_passes")
+    for batch in batches:
+        cats = {categories[i] for i in batch["indices"]}
+        cat = cats.pop() if len(cats) == 1 else "mixed"
+        entry = sums.setdefault(cat, {**dict.fromkeys(fields, 0.0), "requests": 0})
+        for name in fields:
+            entry[name] += batch.get(name, 0.0)
+        entry["requests"] += len(batch["indices"])
+    return sums
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", required=True, help="results directory")
-    parser.add_argument("--target")
-    parser.add_argument("--draft")
-    parser.add_argument("--methods", default="no_spec,vllm_draft_model,gammatune")
-    parser.add_argument("--k", default="2,4,8", help="initial/fixed draft lengths")
-    parser.add_argument("--cap", type=int, default=16, help="adaptive methods' cap")
+    add_common_args(parser)
     parser.add_argument("--batch-sizes", default="1")
-    parser.add_argument("--dataset", default="specbench")
-    parser.add_argument("--split", default="all", choices=["all", "tune", "eval"])
-    parser.add_argument("--per-category", type=int, default=2)
-    parser.add_argument("--limit", type=int)
+    parser.add_argument("--turns", type=int, default=1, choices=[1, 2],
+                        help="Spec-Bench turns per question (2: turn 2 after the model's answer)")
     parser.add_argument("--max-tokens", type=int, default=128)
-    parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--stop-at-eos", action="store_true",
                         help="let requests end at EOS (quality runs); default: "
                              "ignore EOS so every method generates the same lengths")
@@ -117,63 +88,92 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results = out / "cells.jsonl"
-    (out / "context.json").write_text(json.dumps(context(args, target, draft), indent=2))
+    context = run_context(args, target, draft)
 
-    prompts = load_prompts(args.dataset, args.per_category, args.split, args.limit)
-    conversations = [conv for _, conv in prompts]
+    prompts = load_prompts(args.dataset, args.per_category, args.split, args.limit,
+                           turns=args.turns)
+    conversations = [[{"role": "user", "content": turns[0]}] for _, turns in prompts]
+    follow_ups = [turns[1:] for _, turns in prompts] if args.turns > 1 else None
     categories = [cat for cat, _ in prompts]
+    units_per_cell = sum(len(turns) for _, turns in prompts)
     batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
-    ks = [int(k) for k in args.k.split(",")]
+    temperatures = parse_floats(args.temperature)
+    ks = parse_ks(args.k)
     extra = json.loads(args.method_args)
+    custom = parse_spec_options(args.spec, draft)
 
     from vllm import SamplingParams
 
-    params = SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens,
-                            ignore_eos=not args.stop_at_eos, seed=0)
-    plan = []
-    for method in args.methods.split(","):
-        if method not in METHODS:
-            sys.exit(f"--methods: unknown {method!r}; allowed: {', '.join(METHODS)}")
-        variant = extra if is_plugin_method(method) else {}
-        for k in [0] if method == "no_spec" else ks:
-            todo = [b for b in batch_sizes
-                    if cell_key(method, k, b, args.temperature, variant)
-                    not in done_keys(results)]
-            if todo:
-                plan.append((method, k, todo, variant))
-    total = sum(len(todo) for _, _, todo, _ in plan)
-    bar = tqdm(total=total, desc="cells", unit="cell")
+    methods = args.methods.split(",")
+    methods += [name for name in custom if name not in methods]
+    try:
+        plan = plan_cells(methods, ks, batch_sizes, temperatures, custom, done_keys(results),
+                          turns=args.turns,
+                          variant_of=lambda m: extra if is_plugin_method(m) else {})
+    except ValueError as error:
+        sys.exit(str(error))
+    if not plan:
+        print(f"every cell is already in {results}", file=sys.stderr)
+        return
+    write_context(out, context)
+    num_cells = sum(len(todo) for _, _, todo, _ in plan)
+    bar = tqdm(total=num_cells * units_per_cell, desc="run", unit="prompt", smoothing=0,
+               dynamic_ncols=True, file=sys.stderr)
+    cell_index = 0
     for method, k, todo, variant in plan:
-        spec = METHODS[method](draft, max(k, 1), args.cap)
-        if spec is not None:
-            spec = {**spec, **variant}
-        llm = start_llm(target, spec, max_model_len=4096, dtype="bfloat16",
+        if method in custom:
+            spec = custom[method]
+        else:
+            spec = METHODS[method](draft, max(k, 1), args.cap)
+            if spec is not None:
+                spec = {**spec, **variant}
+        if args.trace:
+            os.environ["VLLM_GAMMATUNE_TRACE"] = str(trace_path(out, f"{method}_k{k}"))
+        bar.set_description_str(f"starting {method} k={k}")
+        llm = start_llm(target, spec, max_model_len=args.max_model_len, dtype=args.dtype,
                         max_num_seqs=max(batch_sizes))
         try:
-            for batch_size in todo:
-                per_category = defaultdict(lambda: [0, 0.0])
-                outputs_seen = []
+            for batch_size, temperature in todo:
+                cell_index += 1
+                done_in_cell = [0]
+                bar.set_description_str(f"cell {cell_index}/{num_cells} {method} k={k} "
+                                        f"b={batch_size} t={temperature}")
+                collected: list[list] = []
 
-                def on_outputs(outputs, _seen=outputs_seen):
-                    _seen.extend(outputs)
+                def on_outputs(outputs, _seen=collected, _done=done_in_cell):
+                    _seen.append(outputs)
+                    _done[0] += len(outputs)
+                    bar.set_postfix_str(f"cell {_done[0]}/{units_per_cell}")
+                    bar.update(len(outputs))
 
+                params = SamplingParams(temperature=temperature, max_tokens=args.max_tokens,
+                                        ignore_eos=not args.stop_at_eos, seed=0)
                 started = time.time()
                 result = measure(llm, method, k, conversations, params, batch_size,
-                                 on_outputs=on_outputs)
-                row = {"key": cell_key(method, k, batch_size, args.temperature, variant),
-                       "variant": variant, "temperature": args.temperature, "max_tokens": args.max_tokens,
+                                 on_outputs=on_outputs, follow_ups=follow_ups)
+                texts = [[None] * len(prompts) for _ in range(args.turns)]
+                token_ids = [[None] * len(prompts) for _ in range(args.turns)]
+                for batch, outputs in zip(result.batches, collected):
+                    for index, output in zip(batch["indices"], outputs):
+                        texts[batch["turn"] - 1][index] = output.outputs[0].text
+                        token_ids[batch["turn"] - 1][index] = list(output.outputs[0].token_ids)
+                row = {"key": cell_key(method, k, batch_size, temperature, variant,
+                                       turns=args.turns),
+                       "variant": variant, "temperature": temperature,
+                       "max_tokens": args.max_tokens, "turns": args.turns,
                        "dataset": args.dataset, "speculative_config": spec,
-                       "started": started, **result.to_dict()}
-                for cat, output in zip(categories, outputs_seen):
-                    per_category[cat][0] += len(output.outputs[0].token_ids)
-                row["tokens_per_category"] = {c: v[0] for c, v in per_category.items()}
-                row["texts"] = [o.outputs[0].text for o in outputs_seen]
-                row["token_ids"] = [list(o.outputs[0].token_ids) for o in outputs_seen]
-                with results.open("a") as f:
-                    f.write(json.dumps(row) + "\n")
-                bar.set_postfix_str(f"{method} k={k} b={batch_size}: "
-                                    f"{result.tokens_per_second:.2f} tok/s")
-                bar.update(1)
+                       "started": started, "run_date": context["date"], **result.to_dict()}
+                row["per_category"] = per_category(result.batches, categories)
+                row["tokens_per_category"] = {c: v["output_tokens"]
+                                              for c, v in row["per_category"].items()}
+                row["categories"] = categories
+                # turn 1 as before (gsm8k_quality reads these); later turns apart
+                row["texts"], row["token_ids"] = texts[0], token_ids[0]
+                if args.turns > 1:
+                    row["texts_later_turns"] = texts[1:]
+                    row["token_ids_later_turns"] = token_ids[1:]
+                append_row(results, row)
+                bar.write(f"{row['key']}: {result.tokens_per_second:.2f} tok/s", file=sys.stderr)
         finally:
             stop_llm(llm)
     bar.close()

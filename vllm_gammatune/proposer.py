@@ -40,6 +40,7 @@ import torch
 
 from vllm.logger import init_logger
 from vllm.v1.spec_decode.draft_model import DraftModelProposer
+from vllm_gammatune import trace
 from vllm_gammatune.acceptance import AdaSDVerifier
 from vllm_gammatune.config import plugin_section, settings_from_additional_config
 from vllm_gammatune.draft_kv import DraftKVHoles, run_catch_up
@@ -217,6 +218,7 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
             if drafted <= 0 or num_valid <= 0:
                 continue
             accepted = min(drafted, num_valid - 1)
+            trace.record(req_id, drafted, accepted)  # VLLM_GAMMATUNE_TRACE only
             state = self.request_states.get(req_id)
             self.request_states.set(
                 req_id, self.policy.observe(state, drafted, accepted, batch)

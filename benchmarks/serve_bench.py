@@ -1,0 +1,398 @@
+"""Serving benchmark: each method behind ``vllm serve``, loaded by vLLM's own client.
+
+For every method (and initial length k) one server is started with
+``vllm-gammatune serve`` (vLLM's ``vllm serve`` with the CPU-install fix),
+and vLLM's serving benchmark client, ``vllm-gammatune bench serve`` (= ``vllm
+bench serve``), sends Spec-Bench prompts to it at each ``--concurrency``
+(``--max-concurrency``, all requests queued at once). Every request generates
+exactly ``--max-tokens`` tokens (``--ignore-eos``), so methods do the same
+work. Per cell (method, k, concurrency, temperature), one JSONL line in
+``serve_cells.jsonl``: the client's numbers (request throughput, output
+tok/s, mean/median/p99 TPOT and TTFT, ...), vLLM's spec-decode counters and
+the plugin's ``vllm:gammatune_*`` metrics as differences of ``/metrics``
+scraped before and after the client run, and the peak RSS of the server's
+process tree. A killed run resumes: cells already in the file are skipped.
+
+    VLLM_CPU_OMP_THREADS_BIND=0-1 python benchmarks/serve_bench.py \\
+        --out benchmarks/results/serve --methods no_spec,vllm_draft_model,gammatune \\
+        --k 3 --concurrency 1,4,16 --per-category 2 --max-tokens 64 \\
+        --spec 'cost={"method": "gammatune_cost", "model": "{draft}", "num_speculative_tokens": 16}'
+
+Methods: any name of ``vllm_gammatune.evaluation.METHODS`` (built from the
+draft, k and ``--cap``; ``vllm_schedule`` is vLLM's batch-size schedule,
+K=k at batch 1 and 0 above), plus ``--spec NAME=JSON`` for any
+speculative_config (``{draft}`` is replaced by the draft's path), e.g. another
+schedule: ``{"method": "draft_model", "model": "{draft}",
+"num_speculative_tokens": 3, "num_speculative_tokens_per_batch_size":
+[[1, 1, 3], [2, 4, 1], [5, 512, 0]]}``.
+
+Prompts: the first turn of each question, rendered with the target's chat
+template here and sent as text to ``/v1/completions`` (the client's
+``sharegpt`` dataset, ``<out>/prompts_sharegpt.json``, in file order). vLLM's
+``custom`` and ``spec_bench`` datasets would do the same but need pandas, which
+``vllm-cpu`` does not install; the ShareGPT loader drops prompts over 1,024
+tokens (no Spec-Bench prompt is that long with Qwen2.5's tokenizer), and a
+cell's ``completed`` says how many requests ran.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+from bench_common import (add_common_args, append_row, cell_key, done_keys, load_prompts,
+                          parse_floats, parse_ks, parse_spec_options, plan_cells,
+                          run_context, trace_path, write_context)
+
+STARTUP_TIMEOUT_S = 900
+
+#: /metrics names -> result keys (counters are summed over label sets)
+SCRAPED = {
+    "vllm:spec_decode_num_drafts_total": "drafts",
+    "vllm:spec_decode_num_draft_tokens_total": "draft_tokens",
+    "vllm:spec_decode_num_accepted_tokens_total": "accepted",
+    "vllm:generation_tokens_total": "generation_tokens",
+    "vllm:gammatune_draft_length_sum": "gammatune_draft_length_sum",
+    "vllm:gammatune_draft_length_count": "gammatune_draft_length_count",
+    "vllm:gammatune_planned_draft_tokens_total": "gammatune_planned_draft_tokens",
+    "vllm:gammatune_confidence_stops_total": "gammatune_confidence_stops",
+    "vllm:gammatune_draft_forward_passes_total": "gammatune_draft_forward_passes",
+    "vllm:gammatune_plugin_time_us_total": "gammatune_plugin_time_us",
+    "vllm:gammatune_adasd_entropy_stops_total": "gammatune_adasd_entropy_stops",
+    "vllm:gammatune_adasd_relaxed_acceptances_total": "gammatune_adasd_relaxed_acceptances",
+    "vllm:gammatune_skipped_draft_steps_total": "gammatune_skipped_draft_steps",
+    "vllm:gammatune_catch_up_tokens_total": "gammatune_catch_up_tokens",
+    "vllm:gammatune_steps_total": "gammatune_steps",
+}
+
+#: fields kept from ``vllm bench serve``'s result JSON
+CLIENT_FIELDS = (
+    "duration", "completed", "failed", "total_input_tokens", "total_output_tokens",
+    "request_throughput", "output_throughput", "total_token_throughput",
+    "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms",
+    "mean_tpot_ms", "median_tpot_ms", "p99_tpot_ms",
+    "mean_itl_ms", "median_itl_ms", "p99_itl_ms", "mean_e2el_ms", "median_e2el_ms",
+    "spec_decode_acceptance_rate", "spec_decode_acceptance_length",
+    "spec_decode_num_drafts", "spec_decode_draft_tokens", "spec_decode_accepted_tokens",
+    "spec_decode_per_position_acceptance_rates",
+)
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """Prometheus text -> {result key: value summed over label sets} for ``SCRAPED``."""
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in SCRAPED:
+            key = SCRAPED[name]
+            values[key] = values.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
+    return values
+
+
+def metrics_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {key: after.get(key, 0.0) - before.get(key, 0.0) for key in after}
+
+
+def derived(delta: dict[str, float], output_tokens: int) -> dict[str, float | None]:
+    """The offline harness's hardware-independent counts, from /metrics differences."""
+    drafts, draft_tokens = delta.get("drafts", 0.0), delta.get("draft_tokens", 0.0)
+    accepted = delta.get("accepted", 0.0)
+    forwards = delta.get("gammatune_draft_forward_passes", 0.0)
+    return {
+        "mean_accepted_length": 1 + accepted / drafts if drafts else None,
+        "acceptance_rate": accepted / draft_tokens if draft_tokens else None,
+        "mean_draft_length": draft_tokens / drafts if drafts else None,
+        "target_passes_per_token":
+            (output_tokens - accepted) / output_tokens if output_tokens else None,
+        "draft_forward_passes_per_token":
+            forwards / output_tokens if forwards and output_tokens else None,
+        "plugin_us_per_step":
+            delta["gammatune_plugin_time_us"] / delta["gammatune_steps"]
+            if delta.get("gammatune_plugin_time_us") and delta.get("gammatune_steps") else None,
+        "plugin_time_us_per_token":  # None without the plugin's drafter
+            delta["gammatune_plugin_time_us"] / output_tokens
+            if delta.get("gammatune_plugin_time_us") and output_tokens else None,
+    }
+
+
+def cli_base() -> list[str]:
+    exe = shutil.which("vllm-gammatune")
+    return [exe] if exe else [sys.executable, "-m", "vllm_gammatune.cli"]
+
+
+def serve_command(args, target: str, spec: dict | None, port: int) -> list[str]:
+    command = cli_base() + [
+        "serve", target, "--host", "127.0.0.1", "--port", str(port),
+        "--max-model-len", str(args.max_model_len), "--dtype", args.dtype,
+        "--max-num-seqs", str(max(parse_ks(args.concurrency))), "--seed", "0",
+    ]
+    if not args.no_enforce_eager:
+        command.append("--enforce-eager")
+    if spec is not None:
+        command += ["--speculative-config", json.dumps(spec)]
+    return command + args.server_arg
+
+
+def client_command(args, target: str, port: int, dataset: Path, num_prompts: int,
+                   concurrency: int, temperature: float, result_dir: Path,
+                   result_name: str) -> list[str]:
+    return cli_base() + [
+        "bench", "serve", "--backend", "vllm", "--base-url", f"http://127.0.0.1:{port}",
+        "--endpoint", "/v1/completions", "--model", target, "--tokenizer", target,
+        "--dataset-name", "sharegpt", "--dataset-path", str(dataset), "--disable-shuffle",
+        "--sharegpt-output-len", str(args.max_tokens), "--ignore-eos",
+        "--num-prompts", str(num_prompts), "--max-concurrency", str(concurrency),
+        "--request-rate", "inf", "--temperature", str(temperature), "--seed", "0",
+        "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
+        "--save-result", "--result-dir", str(result_dir), "--result-filename", result_name,
+    ] + args.client_arg
+
+
+def http_get(url: str, timeout: float = 30) -> str:
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        return response.read().decode()
+
+
+def http_post(url: str, body: dict, timeout: float = 600) -> dict:
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return json.loads(response.read().decode())
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def tree_rss_bytes(pid: int) -> int:
+    """Resident memory of a process and all its descendants (0 if gone)."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0
+    total = 0
+    for proc in procs:
+        try:
+            total += proc.memory_info().rss
+        except psutil.Error:
+            pass
+    return total
+
+
+class PeakRss:
+    """Samples the RSS of a process tree in a thread; ``peak`` in bytes."""
+
+    def __init__(self, pid: int, interval: float = 0.5):
+        self.pid, self.interval, self.peak = pid, interval, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, tree_rss_bytes(self.pid))
+            self._stop.wait(self.interval)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+class Server:
+    """A ``vllm-gammatune serve`` process group, logged to a file."""
+
+    def __init__(self, command: list[str], env: dict, log: Path):
+        self.log = log
+        with log.open("w") as log_file:
+            log_file.write(" ".join(command) + "\n")
+            log_file.flush()
+            self.proc = subprocess.Popen(command, env=env, stdout=log_file,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
+
+    def wait_healthy(self, base: str, timeout: float = STARTUP_TIMEOUT_S) -> None:
+        deadline = time.time() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited {self.proc.returncode}; log {self.log}:\n"
+                                   + self.log.read_text()[-3000:])
+            try:
+                http_get(base + "/health", timeout=5)
+                return
+            except OSError:
+                pass
+            if time.time() > deadline:
+                raise RuntimeError(f"server not healthy after {timeout:.0f}s; log {self.log}")
+            time.sleep(2)
+
+    def stop(self) -> None:
+        """SIGTERM to the server's own process group, SIGKILL after 60 s."""
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+            except ProcessLookupError:
+                pass
+
+
+def sharegpt_rows(prompts: list[tuple[str, list[str]]], render) -> list[dict]:
+    """The client's dataset: ShareGPT-format rows whose human turn is the first
+    turn rendered by ``render`` (the target's chat template)."""
+    return [{"id": f"{category}-{i}", "category": category,
+             "conversations": [{"from": "human", "value": render(turns[0])},
+                               {"from": "gpt", "value": ""}]}
+            for i, (category, turns) in enumerate(prompts)]
+
+
+def chat_renderer(target: str):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(target)
+
+    def render(text: str) -> str:
+        return tokenizer.apply_chat_template([{"role": "user", "content": text}],
+                                             add_generation_prompt=True, tokenize=False)
+
+    return render
+
+
+def server_env(args) -> dict:
+    env = dict(os.environ)
+    env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "0-1")
+    env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(args.kv_cache_gib))
+    return env
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_common_args(parser, k_default="3")
+    parser.add_argument("--concurrency", default="1,4,16")
+    parser.add_argument("--num-prompts", type=int,
+                        help="requests per cell (default: every prompt once; vLLM's client "
+                             "draws extra ones at random)")
+    parser.add_argument("--max-tokens", type=int, default=64,
+                        help="tokens per request (EOS ignored)")
+    parser.add_argument("--kv-cache-gib", type=int, default=4,
+                        help="VLLM_CPU_KVCACHE_SPACE unless set in the environment")
+    parser.add_argument("--no-enforce-eager", action="store_true")
+    parser.add_argument("--server-arg", action="append", default=[],
+                        help="extra argument for vllm serve (repeat; use --server-arg=--flag)")
+    parser.add_argument("--client-arg", action="append", default=[],
+                        help="extra argument for vllm bench serve (repeat)")
+    args = parser.parse_args()
+    # a SIGTERM unwinds like Ctrl-C, so the server's process group is stopped
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+    from vllm_gammatune.model_prep import prepare_pair
+
+    target, draft = prepare_pair(target_path=args.target, draft_path=args.draft)
+    out = Path(args.out)
+    (out / "client").mkdir(parents=True, exist_ok=True)
+    (out / "logs").mkdir(exist_ok=True)
+    results = out / "serve_cells.jsonl"
+    custom = parse_spec_options(args.spec, draft)
+    methods = args.methods.split(",")
+    methods += [name for name in custom if name not in methods]
+    prompts = load_prompts(args.dataset, args.per_category, args.split, args.limit)
+    dataset = out / "prompts_sharegpt.json"
+    dataset.write_text(json.dumps(sharegpt_rows(prompts, chat_renderer(target)), indent=1))
+    num_prompts = args.num_prompts or len(prompts)
+    concurrencies = parse_ks(args.concurrency)
+    temperatures = parse_floats(args.temperature)
+    try:
+        plan = plan_cells(methods, parse_ks(args.k), concurrencies, temperatures, custom,
+                          done_keys(results), size_name="c")
+    except ValueError as error:
+        sys.exit(str(error))
+    env = server_env(args)
+    os.environ.update({k: env[k] for k in ("VLLM_CPU_OMP_THREADS_BIND",
+                                           "VLLM_CPU_KVCACHE_SPACE")})
+    context = run_context(args, target, draft)
+    context["prompts"] = {"count": len(prompts), "requests_per_cell": num_prompts,
+                          "categories": sorted({c for c, _ in prompts})}
+    write_context(out, context)
+
+    from vllm_gammatune.evaluation import METHODS
+
+    total = sum(len(todo) for _, _, todo, _ in plan)
+    finished, started_all = 0, time.time()
+    for method, k, todo, variant in plan:
+        spec = custom[method] if method in custom else METHODS[method](draft, max(k, 1), args.cap)
+        slug = f"{method}_k{k}"
+        cell_env = dict(env)
+        if args.trace:
+            cell_env["VLLM_GAMMATUNE_TRACE"] = str(trace_path(out, slug))
+        port = free_port()
+        base = f"http://127.0.0.1:{port}"
+        server = Server(serve_command(args, target, spec, port), cell_env,
+                        out / "logs" / f"{slug}.log")
+        try:
+            server.wait_healthy(base)
+            # warm-up outside the measured span (the first request compiles/allocates)
+            http_post(base + "/v1/completions", {"model": target, "prompt": "Hello",
+                                                 "max_tokens": 8, "temperature": 0})
+            for concurrency, temperature in todo:
+                key = cell_key(method, k, concurrency, temperature, variant, size_name="c")
+                eta = ((time.time() - started_all) / finished * (total - finished)
+                       if finished else None)
+                print(f"[serve_bench] cell {finished + 1}/{total}: {key}"
+                      + (f" (~{eta / 60:.1f} min left)" if eta else ""), file=sys.stderr)
+                name = f"{slug}_c{concurrency}_t{temperature}.json"
+                before = parse_metrics(http_get(base + "/metrics"))
+                started = time.time()
+                with PeakRss(server.proc.pid) as rss:
+                    run = subprocess.run(
+                        client_command(args, target, port, dataset, num_prompts, concurrency,
+                                       temperature, out / "client", name),
+                        env=env, capture_output=True, text=True)
+                (out / "logs" / f"{name}.client.log").write_text(run.stdout + run.stderr)
+                if run.returncode != 0:
+                    raise RuntimeError(f"bench serve failed ({run.returncode}):\n"
+                                       + (run.stdout + run.stderr)[-3000:])
+                after = parse_metrics(http_get(base + "/metrics"))
+                client = json.loads((out / "client" / name).read_text())
+                delta = metrics_delta(before, after)
+                output_tokens = int(client.get("total_output_tokens") or 0)
+                row = {"key": key, "method": method, "k": k, "concurrency": concurrency,
+                       "temperature": temperature, "max_tokens": args.max_tokens,
+                       "num_requests": num_prompts, "dataset": args.dataset,
+                       "speculative_config": spec, "variant": variant,
+                       "started": started, "run_date": context["date"],
+                       **{f: client.get(f) for f in CLIENT_FIELDS},
+                       "metrics_delta": delta, **derived(delta, output_tokens),
+                       "peak_rss_gib": rss.peak / 2**30}
+                append_row(results, row)
+                finished += 1
+                print(f"[serve_bench]   {row['output_throughput'] or 0:.2f} tok/s, "
+                      f"TPOT {row['median_tpot_ms'] or float('nan'):.1f} ms (median), "
+                      f"peak RSS {row['peak_rss_gib']:.2f} GiB", file=sys.stderr)
+        finally:
+            server.stop()
+    print(f"[serve_bench] {finished} cells in {(time.time() - started_all) / 60:.1f} min; "
+          f"{results}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
