@@ -174,6 +174,7 @@ vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="m"} 40.0
 vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="m"} 30.0
 vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="0"} 9.0
 vllm:gammatune_plugin_time_us_total{engine="0",model_name="m"} 1200.0
+vllm:gammatune_steps_total{engine="0",model_name="m"} 12.0
 vllm:gammatune_draft_length_bucket{le="1.0"} 3.0
 """
 
@@ -181,7 +182,7 @@ vllm:gammatune_draft_length_bucket{le="1.0"} 3.0
 def test_parse_metrics_sums_labels_and_derives_counts():
     values = serve_bench.parse_metrics(METRICS_PAGE)
     assert values == {"drafts": 15.0, "draft_tokens": 40.0, "accepted": 30.0,
-                      "gammatune_plugin_time_us": 1200.0}
+                      "gammatune_plugin_time_us": 1200.0, "gammatune_steps": 12.0}
     before = {"drafts": 5.0, "draft_tokens": 10.0, "accepted": 10.0,
               "gammatune_plugin_time_us": 200.0}
     delta = serve_bench.metrics_delta(before, values)
@@ -190,6 +191,7 @@ def test_parse_metrics_sums_labels_and_derives_counts():
     assert counts["acceptance_rate"] == pytest.approx(20 / 30)
     assert counts["target_passes_per_token"] == pytest.approx(0.5)
     assert counts["plugin_time_us_per_token"] == pytest.approx(25.0)
+    assert counts["plugin_us_per_step"] == pytest.approx(1000 / 12)  # 12 steps, none before
     assert serve_bench.derived({}, 0)["mean_accepted_length"] is None
 
 
