@@ -229,6 +229,8 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
         states = [self.request_states.get(r) for r in req_ids]
         planned = [min(num_speculative_tokens, k)
                    for k in self.policy.plan_batch(states, batch)]
+        if self._cost_aware:
+            planned = self._same_plan_on_every_rank(planned)
         policy = self.policy
         if isinstance(policy, AdaSDPolicy):
             thresholds = None
@@ -315,6 +317,23 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
         return drafts
 
     # -- gammatune_cost: skipping, catching up, timing ------------------------
+    def _same_plan_on_every_rank(self, planned: list[int]) -> list[int]:
+        """Tensor parallelism: every rank drafts what TP rank 0 planned.
+
+        The count-based policies see the same verifications on every rank and
+        decide alike; the cost-aware one also reads each rank's own clock, so
+        its ranks could differ (and a draft forward with different lengths on
+        two ranks would hang their collectives). One small broadcast per step.
+        """
+        from vllm.distributed import get_tp_group
+
+        group = get_tp_group()
+        if group.world_size == 1:
+            return planned
+        # [num_reqs]
+        plan = torch.tensor(planned, dtype=torch.int64, device=self.device)
+        return group.broadcast(plan, src=0).tolist()
+
     @staticmethod
     def _step_starts(common_attn_metadata) -> tuple[list[int], int]:
         """Per request, the position of its first target token this step; and

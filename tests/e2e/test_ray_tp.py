@@ -103,13 +103,21 @@ def _draft_length_log(worker):
     return worker.rank, worker.model_runner.drafter.tp_test_log
 
 
-@pytest.fixture(scope="module")
-def tp_run(tiny):
-    """GammaTune+ with ``tensor_parallel_size=2``: both workers' draft lengths."""
+TP_METHODS = {
+    "gammatune_plus": {"confidence_threshold": 0.5},
+    # decides from each rank's own clock: the ranks must still agree (rank 0's
+    # plan is broadcast), or their draft forwards would hang
+    "gammatune_cost": {},
+}
+
+
+@pytest.fixture(scope="module", params=list(TP_METHODS))
+def tp_run(tiny, request):
+    """``tensor_parallel_size=2``: both workers' draft lengths."""
     from vllm import SamplingParams
 
-    spec = {"method": "gammatune_plus", "model": tiny["draft"],
-            "num_speculative_tokens": 6, "confidence_threshold": 0.5}
+    spec = {"method": request.param, "model": tiny["draft"],
+            "num_speculative_tokens": 6, **TP_METHODS[request.param]}
     env = {"VLLM_CPU_OMP_THREADS_BIND": "0|1", "VLLM_HOST_IP": "127.0.0.1",
            "VLLM_ALLOW_INSECURE_SERIALIZATION": "1"}
     with pytest.MonkeyPatch.context() as mp:
