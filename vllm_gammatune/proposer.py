@@ -268,7 +268,7 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
             # which is what the decision is about: fit decode steps only.
             decode_only = longest_query <= 1 + num_speculative_tokens
             if decode_only:
-                self._time_target_step(cad.num_actual_tokens)
+                self._time_target_step(cad.num_actual_tokens, len(req_ids))
             self.draft_kv_holes.forget_missing(runner.requests)
             batch = BatchView(
                 batch_size=len(req_ids),
@@ -367,12 +367,14 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
         caught_up = {req_ids[row] for row, _, _ in segments}
         num_tokens = 0
         if segments:
-            # Catch-up passes are prefill-like (many tokens per request): not
-            # fed to the decode-regime draft cost; the policy charges them at
-            # the fitted per-token slope.
+            # Catch-up passes are prefill-like (many tokens per request): the
+            # policy fits their cost apart from decode-regime draft passes.
+            started = self._synchronized_clock()
             num_tokens = run_catch_up(
                 self, kwargs["common_attn_metadata"], segments,
                 self._runner.input_batch.token_ids_cpu)
+            self.policy.observe_catch_up_pass(
+                num_tokens, self._synchronized_clock() - started)
         self.draft_kv_holes.on_draft_pass(req_ids, step_starts, caught_up)
         return num_tokens
 
@@ -382,13 +384,13 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
             torch.cuda.synchronize(self.device)
         return self._clock()
 
-    def _time_target_step(self, num_scheduled_tokens: int) -> None:
+    def _time_target_step(self, num_scheduled_tokens: int, num_reqs: int) -> None:
         """The time since the last proposal ended: one target step (and vLLM's
         work around it), for ``num_scheduled_tokens`` tokens."""
         now = self._clock()  # the observation above synchronised the device
         if self._last_step_end is not None:
             self.policy.observe_target_step(num_scheduled_tokens,
-                                            now - self._last_step_end)
+                                            now - self._last_step_end, num_reqs)
 
     def _keep_draft_distributions(self, req_ids, lengths, step: _DraftStep) -> None:
         """Per request: q_i (relaxed modes only) and H(q_i) of its drafted tokens.
@@ -440,7 +442,8 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
             now = self._synchronized_clock()
             if self._pass_started is not None:
                 self.policy.observe_draft_pass(self._pass_tokens,
-                                               now - self._pass_started)
+                                               now - self._pass_started,
+                                               hidden_states.shape[0])
             # the next pass runs over one token per request
             self._pass_started, self._pass_tokens = now, hidden_states.shape[0]
         if not step.needs_distribution:

@@ -10,10 +10,10 @@ import pytest
 
 from vllm_gammatune.draft_kv import DraftKVHoles, plan_catch_up_passes
 from vllm_gammatune.policies import (
+    BatchLocalLinearCost,
     BatchView,
     CostAwarePolicy,
     FixedLinearCost,
-    OnlineLinearCost,
 )
 
 # Shapes seen on the 2-core CPU with the Qwen 1.5B/0.5B pair (seconds): a
@@ -189,7 +189,7 @@ class FakeClock:
 
 
 def test_online_cost_recovers_a_linear_cost_from_clock_readings():
-    clock, cost = FakeClock(), OnlineLinearCost()
+    clock, cost = FakeClock(), BatchLocalLinearCost()
     rng = random.Random(0)
     for _ in range(200):
         n = rng.choice([4, 8, 20, 36])
@@ -202,7 +202,7 @@ def test_online_cost_recovers_a_linear_cost_from_clock_readings():
 
 
 def test_online_cost_ignores_idle_gaps_and_stays_non_negative():
-    clock, cost = FakeClock(), OnlineLinearCost()
+    clock, cost = FakeClock(), BatchLocalLinearCost()
     for i in range(40):
         start = clock()
         clock.advance(0.05 if i % 10 else 0.05)
@@ -213,7 +213,7 @@ def test_online_cost_ignores_idle_gaps_and_stays_non_negative():
     intercept, slope = cost.coefficients()
     assert intercept >= 0 and slope == 0.0  # one size seen: no slope invented
     # decreasing with size (noise): clamped, never negative
-    weird = OnlineLinearCost()
+    weird = BatchLocalLinearCost()
     for n, t in [(1, 0.2), (10, 0.1), (20, 0.05)] * 3:
         weird.add(n, t)
     assert min(weird.coefficients()) >= 0
@@ -221,14 +221,14 @@ def test_online_cost_ignores_idle_gaps_and_stays_non_negative():
 
 
 def test_online_cost_follows_a_machine_that_slows_down():
-    cost = OnlineLinearCost(memory=0.9)
+    cost = BatchLocalLinearCost(memory=0.9)
     for n in [2, 6] * 20:
         cost.add(n, 0.01 * n)
     for n in [2, 6] * 20:
         cost.add(n, 0.03 * n)
     assert cost.predict(6) == pytest.approx(0.18, rel=0.05)
     with pytest.raises(ValueError):
-        OnlineLinearCost(memory=1.0)
+        BatchLocalLinearCost(memory=1.0)
 
 
 # -- draft KV holes -----------------------------------------------------------
@@ -272,3 +272,19 @@ def test_no_probe_where_even_a_perfect_draft_would_not_pay():
     states = trained_states(p, 4, drafted=4, accepted=0)
     plans = [p.plan_batch(states, BatchView(4, 4)) for _ in range(20)]
     assert all(plan == [0] * 4 for plan in plans)
+
+
+def test_cost_fit_is_local_to_the_batch_size():
+    """Flat at batch 4, steep at batch 16 (the CPU's shape): each batch size
+    sees its own slope, not one line through both."""
+    cost = BatchLocalLinearCost()
+    for _ in range(30):
+        for n in (4, 8, 12):
+            cost.add(n, 0.13 + 0.001 * n, batch_size=4)
+        for n in (16, 24, 32):
+            cost.add(n, 0.02 * n, batch_size=16)
+    small = cost.coefficients(4)
+    large = cost.coefficients(16)
+    assert small[1] == pytest.approx(0.001, abs=0.002)
+    assert large[1] == pytest.approx(0.02, abs=0.003)
+    assert cost.predict(8, batch_size=4) == pytest.approx(0.138, abs=0.01)

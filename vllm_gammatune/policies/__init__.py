@@ -8,7 +8,7 @@ from vllm_gammatune.policies.baselines import (
     HFHeuristicPolicy,
 )
 from vllm_gammatune.policies.cost_aware import CostAwarePolicy, CostAwareState
-from vllm_gammatune.policies.cost_model import FixedLinearCost, OnlineLinearCost
+from vllm_gammatune.policies.cost_model import BatchLocalLinearCost, FixedLinearCost
 from vllm_gammatune.policies.gammatune import GammaTunePolicy, GammaTuneState
 
 __all__ = [
@@ -16,6 +16,7 @@ __all__ = [
     "AdaSDPolicy",
     "AdaSDState",
     "AssistantThresholdPolicy",
+    "BatchLocalLinearCost",
     "BatchView",
     "CostAwarePolicy",
     "CostAwareState",
@@ -25,5 +26,4 @@ __all__ = [
     "GammaTunePolicy",
     "GammaTuneState",
     "HFHeuristicPolicy",
-    "OnlineLinearCost",
 ]

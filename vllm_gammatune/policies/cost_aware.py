@@ -9,7 +9,7 @@ maximise expected tokens per second:
 
     value(k) = sum_r E_r(k_r),  E_r(k) = (1 - a_r^(k+1)) / (1 - a_r)
     cost(k)  = t_target(B + D) + [K > 0] * (t_draft(N + B) + (K - 1) * t_draft(B)
-               + catch-up passes)
+               + t_catch_up(sum of the drafting requests' missed positions))
 
 with ``B`` requests, ``D = sum_r k_r`` draft tokens, ``K = max_r k_r``, ``N``
 the tokens the target processed this step (the draft's first pass runs over
@@ -49,7 +49,7 @@ import math
 from dataclasses import dataclass
 
 from vllm_gammatune.policies.base import BatchView, DraftLengthPolicy
-from vllm_gammatune.policies.cost_model import FixedLinearCost, OnlineLinearCost
+from vllm_gammatune.policies.cost_model import BatchLocalLinearCost, FixedLinearCost
 
 #: Acceptance rates are kept inside this interval (a = 1 would make E infinite).
 _MIN_RATE, _MAX_RATE = 0.01, 0.99
@@ -104,18 +104,29 @@ class CostAwarePolicy(DraftLengthPolicy):
         self.memory = memory
         self.prior_weight = prior_weight
         self.warmup_num_draft_tokens = min(warmup_num_draft_tokens, max_num_draft_tokens)
-        self.target_cost = target_cost or OnlineLinearCost()
-        self.draft_cost = draft_cost or OnlineLinearCost()
+        self.target_cost = target_cost or BatchLocalLinearCost()
+        self.draft_cost = draft_cost or BatchLocalLinearCost()
+        #: catch-up passes run over many positions per request, like a
+        #: prefill, where a token costs far more than in a decode pass: they
+        #: get their own fit (the decode draft cost stands in until it has
+        #: samples, and when costs are fixed)
+        self.catch_up_cost = (BatchLocalLinearCost(locality=0.0) if draft_cost is None
+                              else draft_cost)
         # engine-wide decayed counts (the prior of new requests)
         self._accepted = 1.0
         self._rejections = 1.0
 
     # -- step costs, fed by the proposer ------------------------------------
-    def observe_target_step(self, num_scheduled_tokens: int, seconds: float) -> None:
-        self.target_cost.add(num_scheduled_tokens, seconds)
+    def observe_target_step(self, num_scheduled_tokens: int, seconds: float,
+                            batch_size: int = 1) -> None:
+        self.target_cost.add(num_scheduled_tokens, seconds, batch_size)
 
-    def observe_draft_pass(self, num_tokens: int, seconds: float) -> None:
-        self.draft_cost.add(num_tokens, seconds)
+    def observe_draft_pass(self, num_tokens: int, seconds: float,
+                           batch_size: int = 1) -> None:
+        self.draft_cost.add(num_tokens, seconds, batch_size)
+
+    def observe_catch_up_pass(self, num_tokens: int, seconds: float) -> None:
+        self.catch_up_cost.add(num_tokens, seconds)
 
     # -- acceptance ---------------------------------------------------------
     def new_state(self) -> CostAwareState:
@@ -173,8 +184,10 @@ class CostAwarePolicy(DraftLengthPolicy):
             rates = [self.acceptance_rate(s) for s in states]
         catch_up = list(batch.catch_up_tokens) or [0] * num_reqs
         scheduled = batch.num_scheduled_tokens or num_reqs
-        t_base, t_slope = self.target_cost.coefficients()
-        d_base, d_slope = self.draft_cost.coefficients()
+        t_base, t_slope = self.target_cost.coefficients(num_reqs)
+        d_base, d_slope = self.draft_cost.coefficients(num_reqs)
+        c_base, c_slope = (self.catch_up_cost if self.catch_up_cost.ready
+                           else self.draft_cost).coefficients(num_reqs)
 
         target_now = t_base + t_slope * num_reqs
         best_ratio = num_reqs / target_now if target_now > 0 else math.inf
@@ -192,9 +205,9 @@ class CostAwarePolicy(DraftLengthPolicy):
             plan = best
             for _ in range(_DINKELBACH_ITERATIONS):
                 lengths, value, cost = self._lengths_at(
-                    ratio, rates, catch_up, cap, per_token, d_slope)
+                    ratio, rates, catch_up, cap, per_token, c_slope)
                 catching_up = any(k and m for k, m in zip(lengths, catch_up))
-                cost += fixed + (d_base if catching_up else 0.0)
+                cost += fixed + (c_base if catching_up else 0.0)
                 new_ratio = (num_reqs + value) / cost
                 if new_ratio <= ratio * (1 + 1e-9):
                     break

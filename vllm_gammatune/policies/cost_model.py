@@ -9,15 +9,22 @@ serves (nothing written per machine):
   (scheduling, sampling, output processing), since that is what a step costs;
 - one draft forward pass, ``t_draft(n) = c + d * n`` for ``n`` tokens in it
   (the first pass over the step's target tokens, the later passes over one
-  token per request, and catch-up passes).
+  token per request); catch-up passes, prefill-like, get a fit of their own.
 
-Both are fitted by exponentially weighted least squares (``memory`` is the
+Each is fitted by exponentially weighted least squares (``memory`` is the
 weight kept by older samples at each new one), so the fit follows a machine
-whose speed drifts and a batch whose shape changes. Pure Python.
+whose speed drifts. A step's cost is not linear over all sizes (flat while the
+weights' memory traffic dominates, then growing with the tokens once compute
+does: on the 2-core CPU a target step costs about the same for 1 and 4 tokens
+and three times as much for 16), so ``BatchLocalLinearCost`` fits the line
+around the current batch size: samples from other batch sizes count less the
+further their batch size is (by octaves). Pure Python.
 """
 
 from __future__ import annotations
 
+import math
+from collections import deque
 from dataclasses import dataclass
 
 #: After this many samples, a sample more than OUTLIER_FACTOR times the
@@ -27,65 +34,89 @@ OUTLIER_AFTER_SAMPLES = 8
 OUTLIER_FACTOR = 5.0
 
 
-class OnlineLinearCost:
-    """``seconds(n) = intercept + slope * n``, fitted online.
+def weighted_line(samples, weights) -> tuple[float, float]:
+    """(intercept, slope) >= 0 of the weighted least-squares line through
+    ``samples`` = [(n, t)]; all the weight on one size gives slope 0."""
+    w = wn = wnn = wt = wnt = 0.0
+    for (n, t), weight in zip(samples, weights):
+        w += weight
+        wn += weight * n
+        wnn += weight * n * n
+        wt += weight * t
+        wnt += weight * n * t
+    if w <= 0.0:
+        return 0.0, 0.0
+    mean_n, mean_t = wn / w, wt / w
+    variance = wnn / w - mean_n * mean_n
+    if variance <= 1e-9 * (1.0 + mean_n * mean_n):
+        return mean_t, 0.0
+    slope = max(0.0, (wnt / w - mean_n * mean_t) / variance)
+    intercept = mean_t - slope * mean_n
+    if intercept < 0.0:
+        intercept, slope = 0.0, mean_t / mean_n if mean_n > 0 else 0.0
+    return intercept, slope
+
+
+class BatchLocalLinearCost:
+    """``seconds(n) = intercept + slope * n`` around a batch size, fitted online.
+
+    Keeps the last ``window`` samples (batch size, tokens, seconds). The fit
+    for batch size ``B`` weighs a sample ``memory**age *
+    exp(-locality * |log2(B_i / B)|)``: recent samples and samples from nearby
+    batch sizes count most (with locality 3, a sample two octaves away, batch 4
+    for batch 16, weighs 0.25%; one octave away, 5%).
 
     Args:
-        memory: in (0, 1); each new sample multiplies the weight of the older
-            ones by this (0.95 remembers about the last 20 samples).
+        memory: in (0, 1), weight kept per newer sample.
+        locality: how fast weight falls per octave of batch size.
+        window: samples kept.
         min_samples: samples needed before ``ready``.
     """
 
-    def __init__(self, memory: float = 0.95, min_samples: int = 3):
+    def __init__(self, memory: float = 0.97, locality: float = 3.0, window: int = 256,
+                 min_samples: int = 3):
         if not 0.0 < memory < 1.0:
             raise ValueError(f"memory must be in (0, 1), got {memory}")
         self.memory = memory
+        self.locality = locality
         self.min_samples = min_samples
         self.num_samples = 0
-        # weighted sums of 1, n, n^2, t, n*t
-        self._w = self._wn = self._wnn = self._wt = self._wnt = 0.0
+        self._samples: deque[tuple[int, int, float]] = deque(maxlen=window)
+        self._cache: dict[int, tuple[float, float]] = {}
 
     @property
     def ready(self) -> bool:
         return self.num_samples >= self.min_samples
 
-    def add(self, num_tokens: int, seconds: float) -> bool:
-        """Add one measured pass; False if it was dropped as an outlier."""
+    def add(self, num_tokens: int, seconds: float, batch_size: int = 1) -> bool:
+        """Add one measured pass; False if dropped as an outlier (an idle gap)."""
         if seconds < 0 or num_tokens < 0:
             return False
         if (self.num_samples >= OUTLIER_AFTER_SAMPLES
-                and seconds > OUTLIER_FACTOR * self.predict(num_tokens)):
+                and seconds > OUTLIER_FACTOR * self.predict(num_tokens, batch_size)):
             return False
-        m = self.memory
-        n, t = float(num_tokens), float(seconds)
-        self._w = m * self._w + 1.0
-        self._wn = m * self._wn + n
-        self._wnn = m * self._wnn + n * n
-        self._wt = m * self._wt + t
-        self._wnt = m * self._wnt + n * t
+        self._samples.append((max(1, batch_size), num_tokens, float(seconds)))
         self.num_samples += 1
+        self._cache.clear()
         return True
 
-    def coefficients(self) -> tuple[float, float]:
-        """(intercept, slope), both >= 0; (0, 0) before any sample."""
-        if self._w == 0.0:
-            return 0.0, 0.0
-        mean_n = self._wn / self._w
-        mean_t = self._wt / self._w
-        variance = self._wnn / self._w - mean_n * mean_n
-        if variance <= 1e-9 * (1.0 + mean_n * mean_n):
-            # every sample at one size: no slope can be seen, charge it all
-            # per pass (what one more token costs is learned once sizes vary)
-            return mean_t, 0.0
-        slope = (self._wnt / self._w - mean_n * mean_t) / variance
-        slope = max(0.0, slope)
-        intercept = mean_t - slope * mean_n
-        if intercept < 0.0:
-            intercept, slope = 0.0, mean_t / mean_n if mean_n > 0 else 0.0
-        return intercept, slope
+    def coefficients(self, batch_size: int = 1) -> tuple[float, float]:
+        """(intercept, slope), both >= 0, around ``batch_size``."""
+        batch_size = max(1, batch_size)
+        cached = self._cache.get(batch_size)
+        if cached is not None:
+            return cached
+        count = len(self._samples)
+        octave = math.log2(batch_size)
+        weights = [self.memory ** (count - 1 - i)
+                   * math.exp(-self.locality * abs(math.log2(b) - octave))
+                   for i, (b, _, _) in enumerate(self._samples)]
+        result = weighted_line([(n, t) for _, n, t in self._samples], weights)
+        self._cache[batch_size] = result
+        return result
 
-    def predict(self, num_tokens: int) -> float:
-        intercept, slope = self.coefficients()
+    def predict(self, num_tokens: int, batch_size: int = 1) -> float:
+        intercept, slope = self.coefficients(batch_size)
         return intercept + slope * num_tokens
 
 
@@ -97,11 +128,11 @@ class FixedLinearCost:
     slope: float
     ready: bool = True
 
-    def add(self, num_tokens: int, seconds: float) -> bool:
+    def add(self, num_tokens: int, seconds: float, batch_size: int = 1) -> bool:
         return False
 
-    def coefficients(self) -> tuple[float, float]:
+    def coefficients(self, batch_size: int = 1) -> tuple[float, float]:
         return self.intercept, self.slope
 
-    def predict(self, num_tokens: int) -> float:
+    def predict(self, num_tokens: int, batch_size: int = 1) -> float:
         return self.intercept + self.slope * num_tokens

@@ -1,0 +1,66 @@
+"""Memory the plugin holds per active request, per method (host memory, bytes).
+
+Measured with ``tracemalloc`` over 1,000 requests' entries as the drafter
+keeps them: the policy state in ``RequestStateTable`` (after one
+verification, so every field is set) and, for ``gammatune_cost``, a draft-KV
+hole. AdaSD's relaxed verification also keeps the request's draft
+distributions until they are verified: vocab x 2 bytes (bf16) per draft
+token, printed separately (it is device memory, and depends on the vocabulary).
+
+    python benchmarks/plugin_memory.py [--vocab 151936] [--window 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tracemalloc
+
+from vllm_gammatune.config import split_speculative_config
+from vllm_gammatune.draft_kv import DraftKVHoles
+from vllm_gammatune.policies import BatchView
+from vllm_gammatune.state import RequestStateTable
+
+METHODS = ("gammatune", "gammatune_plus", "fixed_draft", "hf_heuristic",
+           "assistant_threshold", "adasd", "gammatune_cost")
+NUM_REQUESTS = 1000
+
+
+def bytes_per_request(method: str) -> float:
+    settings, _ = split_speculative_config(
+        {"method": method, "model": "draft"}, {"model", "num_speculative_tokens"})
+    policy = settings.make_policy()
+    batch = BatchView(batch_size=1)
+    # vLLM-like request ids, made before measuring: vLLM keeps them anyway
+    req_ids = [f"cmpl-{i:032x}-0" for i in range(NUM_REQUESTS)]
+    tracemalloc.start()
+    before = tracemalloc.take_snapshot()
+    table = RequestStateTable(policy)
+    holes = DraftKVHoles()
+    for i, req_id in enumerate(req_ids):
+        state = table.get(req_id)
+        if hasattr(policy, "observe_verification"):  # AdaSD
+            table.set(req_id, state)
+        else:
+            table.set(req_id, policy.observe(state, 3, 2, batch))
+        if method == "gammatune_cost":
+            holes.on_skipped([req_id], [100 + i])
+    after = tracemalloc.take_snapshot()
+    tracemalloc.stop()
+    used = sum(s.size_diff for s in after.compare_to(before, "filename"))
+    return used / NUM_REQUESTS
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--vocab", type=int, default=151_936, help="Qwen2.5's vocabulary")
+    parser.add_argument("--window", type=int, default=20, help="AdaSD's W")
+    args = parser.parse_args()
+    rows = {m: round(bytes_per_request(m)) for m in METHODS}
+    rows["adasd_draft_distributions_per_draft_token"] = args.vocab * 2
+    rows["adasd_draft_distributions_full_window"] = args.vocab * 2 * args.window
+    print(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
