@@ -299,11 +299,19 @@ def plot(rows: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
+#: methods whose k is the length they always draft: one line per k, not a mean
+FIXED_K_METHODS = ("vllm_draft_model", "fixed_draft")
+
+
 def throughput_by_batch(rows: list[dict]) -> dict[tuple, dict[str, list]]:
-    """{(temperature, turns): {method: [(batch, mean tok/s, std), ...]}} across k."""
+    """{(temperature, turns): {method: [(batch, mean tok/s, std), ...]}}: the
+    adaptive methods averaged across initial lengths, fixed K one line per K."""
     values = defaultdict(list)
     for r in rows:
-        values[(r["temperature"], r.get("turns", 1), label(r), r["batch_size"])].append(
+        name = label(r)
+        if r["method"] in FIXED_K_METHODS:
+            name += f" K={r['k']}"
+        values[(r["temperature"], r.get("turns", 1), name, r["batch_size"])].append(
             r["tokens_per_second"])
     series: dict[tuple, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     for (temperature, turns, name, batch), tps in sorted(values.items()):

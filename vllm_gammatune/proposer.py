@@ -250,6 +250,7 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
     def propose(self, num_speculative_tokens, *args, **kwargs):
         runner = self._runner
         if runner is None or num_speculative_tokens == 0:
+            self._last_step_end = None  # the next gap is not one target step
             return super().propose(num_speculative_tokens, *args, **kwargs)
         start = time.perf_counter()
         req_ids = list(runner.input_batch.req_ids)

@@ -270,6 +270,13 @@ def test_throughput_by_batch_averages_over_k():
     assert series[0][:2] == (1, 11.0) and series[1] == (4, 30.0, 0.0)
 
 
+def test_throughput_by_batch_keeps_fixed_k_apart():
+    rows = [sized("vllm_draft_model", 1, 6.0, 1), sized("vllm_draft_model", 3, 9.0, 1)]
+    series = report.throughput_by_batch(rows)[(0.0, 1)]
+    assert series["vllm_draft_model K=1"] == [(1, 6.0, 0.0)]
+    assert series["vllm_draft_model K=3"] == [(1, 9.0, 0.0)]
+
+
 def test_serving_table_speedup_against_no_spec_at_same_concurrency():
     rows = [{"method": "no_spec", "k": 0, "concurrency": 4, "temperature": 0.0,
              "output_throughput": 20.0, "num_requests": 8, "completed": 8},
