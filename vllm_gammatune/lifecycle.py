@@ -19,21 +19,13 @@ def update_states_and_forget_finished(original, runner, scheduler_output, *args,
     """``GPUModelRunner._update_states`` that also drops finished requests' states."""
     result = original(runner, scheduler_output, *args, **kwargs)
     finished = scheduler_output.finished_req_ids
-    table = getattr(getattr(runner, "drafter", None), "request_states", None)
-    if finished and table is not None:
-        drafter = runner.drafter
+    drafter = getattr(runner, "drafter", None)
+    forget = getattr(drafter, "forget_requests_not_in", None)  # the plugin's drafter
+    if finished and forget is not None:
         # A finished id may be live again (aborted and resubmitted under the
         # same id): the new request starts from the initial state.
-        live = set(runner.requests) - set(finished)
-        table.forget_missing(live)
-        holes = getattr(drafter, "draft_kv_holes", None)  # gammatune_cost
-        if holes is not None:
-            holes.forget_missing(live)
-        pending = getattr(drafter, "pending_drafts", None)
-        if pending:
-            for req_id in [r for r in pending if r not in live]:
-                del pending[req_id]
+        forget(set(runner.requests) - set(finished))
         counters = getattr(drafter, "_counters", None)
         if counters is not None:
-            counters.set_tracked_requests(len(table))
+            counters.set_tracked_requests(len(drafter.request_states))
     return result

@@ -193,6 +193,14 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
             settings.to_dict(),
         )
 
+    def forget_requests_not_in(self, live_req_ids) -> None:
+        """Drop every per-request entry (policy state, AdaSD's kept drafts,
+        draft-KV holes) of requests that are not live; the tracked gauge too."""
+        self.request_states.forget_missing(live_req_ids)
+        for req_id in [r for r in self.pending_drafts if r not in live_req_ids]:
+            del self.pending_drafts[req_id]
+        self.draft_kv_holes.forget_missing(live_req_ids)
+
     # -- 1. observe the verification of the previous drafts -----------------
     def prepare_inputs_padded(
         self, common_attn_metadata, spec_decode_metadata, valid_sampled_tokens_count
@@ -255,9 +263,7 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
         start = time.perf_counter()
         req_ids = list(runner.input_batch.req_ids)
         batch = BatchView(batch_size=len(req_ids))
-        self.request_states.forget_missing(runner.requests)
-        for req_id in [r for r in self.pending_drafts if r not in runner.requests]:
-            del self.pending_drafts[req_id]
+        self.forget_requests_not_in(runner.requests)
         self._observe_verification(req_ids, batch)
         step_starts: list[int] = []
         decode_only = False
@@ -270,7 +276,6 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
             decode_only = longest_query <= 1 + num_speculative_tokens
             if decode_only:
                 self._time_target_step(cad.num_actual_tokens, len(req_ids))
-            self.draft_kv_holes.forget_missing(runner.requests)
             batch = BatchView(
                 batch_size=len(req_ids),
                 num_scheduled_tokens=cad.num_actual_tokens,

@@ -3,6 +3,7 @@
 from types import SimpleNamespace
 
 from vllm_gammatune.lifecycle import update_states_and_forget_finished
+from vllm_gammatune.proposer import AdaptiveDraftModelProposer
 from vllm_gammatune.policies import GammaTunePolicy
 from vllm_gammatune.state import RequestStateTable
 
@@ -22,6 +23,9 @@ def _runner(req_ids):
     holes.forget_missing = lambda live: setattr(holes, "live", set(live))
     drafter = SimpleNamespace(request_states=table, _counters=_Counters(), draft_kv_holes=holes,
                               pending_drafts={r: None for r in req_ids})
+    # the plugin drafter's own sweep, on this stand-in
+    drafter.forget_requests_not_in = (
+        lambda live: AdaptiveDraftModelProposer.forget_requests_not_in(drafter, live))
     return SimpleNamespace(drafter=drafter, requests={r: object() for r in req_ids})
 
 

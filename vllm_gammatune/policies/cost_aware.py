@@ -166,9 +166,11 @@ class CostAwarePolicy(DraftLengthPolicy):
         plan = self.best_plan(states, batch)
         # A probe is worth its draft pass only if some acceptance could make
         # drafting pay at this batch and these costs: if even a draft that is
-        # always right would not, no probe can change the decision.
-        may_probe = max(plan) > 0 or max(self.best_plan(
-            states, batch, rates=[_MAX_RATE] * len(states))) > 0
+        # always right would not, no probe can change the decision. (Searched
+        # only on steps where a probe is due.)
+        may_probe = max(plan) > 0 or (
+            any(self._probe_due(s, k) for s, k in zip(states, plan))
+            and max(self.best_plan(states, batch, rates=[_MAX_RATE] * len(states))) > 0)
         return self._probe(states, plan, may_probe)
 
     def expected_tokens(self, rate: float, num_draft_tokens: int) -> float:
@@ -238,10 +240,13 @@ class CostAwarePolicy(DraftLengthPolicy):
             cost += extra
         return lengths, value, cost
 
+    @staticmethod
+    def _probe_due(state: CostAwareState, num_draft_tokens: int) -> bool:
+        return num_draft_tokens == 0 and state.steps_since_draft + 1 >= state.probe_interval
+
     def _probe(self, states: list[CostAwareState], plan: list[int],
                may_probe: bool) -> list[int]:
-        due = [may_probe and k == 0 and s.steps_since_draft + 1 >= s.probe_interval
-               for s, k in zip(states, plan)]
+        due = [may_probe and self._probe_due(s, k) for s, k in zip(states, plan)]
         if any(due):
             due = [k == 0 and 2 * (s.steps_since_draft + 1) >= s.probe_interval
                    for s, k in zip(states, plan)]
