@@ -7,6 +7,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
+import aba  # noqa: E402
 import gsm8k_quality  # noqa: E402
 import report  # noqa: E402
 
@@ -293,3 +294,27 @@ def test_projection_unknown_for_uncounted_drafters():
     schedule = cell("vllm_schedule", 3, 8.0, passes=0.4)
     assert report.draft_forwards_per_token(schedule) is None
     assert report.projected_speedup(schedule, 10) is None
+
+
+def test_aba_compares_each_run_with_the_baseline_runs_around_it(tmp_path):
+    import json
+
+    def write(run, method, started, tps):
+        (tmp_path / run).mkdir()
+        (tmp_path / run / "cells.jsonl").write_text(json.dumps(
+            {"method": method, "started": started, "batch_size": 4,
+             "tokens_per_second": tps}) + "\n")
+
+    write("a1", "no_spec", 1.0, 20.0)
+    write("b1", "cost", 2.0, 22.0)  # neighbours 20 and 24: 22 / 22 = 1.0, [22/24, 22/20]
+    write("a2", "no_spec", 3.0, 24.0)
+    write("b2", "cost", 4.0, 18.0)  # neighbours 24 and 16: 18 / 20 = 0.9
+    write("a3", "no_spec", 5.0, 16.0)
+    text = aba.report(tmp_path, "no_spec")
+    run_b1 = next(line for line in text.splitlines() if "| b1 |" in line)
+    assert "| 1.000 | [0.917, 1.100] |" in run_b1
+    run_b2 = next(line for line in text.splitlines() if "| b2 |" in line)
+    assert "| 0.900 | [0.750, 1.125] |" in run_b2
+    summary = next(line for line in text.splitlines() if "| cost | 22.00, 18.00 |" in line)
+    # method mean 20 over baseline mean 20; per-run ratios in order; baseline spread 50%
+    assert "| 1.000 | 1.000, 0.900 |" in summary and "16.00-24.00 (50%)" in summary
