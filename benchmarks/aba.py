@@ -24,29 +24,26 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from report import read_jsonl
+from report import fmt, read_jsonl
+
+#: (results file, where, size field, tok/s field, median TPOT field)
+SOURCES = (("cells.jsonl", "offline batch", "batch_size", "tokens_per_second", None),
+           ("serve_cells.jsonl", "served concurrency", "concurrency", "output_throughput",
+            "median_tpot_ms"))
 
 
 def collect(directory: Path) -> dict[tuple[str, int], list[dict]]:
-    """(kind, size) -> every run's cell at that size, in the order they ran."""
+    """(where, size) -> every run's cell at that size, in the order they ran."""
     cells: dict[tuple[str, int], list[dict]] = defaultdict(list)
-    for path in sorted(directory.glob("*/cells.jsonl")):
-        for row in read_jsonl(path):
-            cells[("offline batch", row["batch_size"])].append(
-                {"method": row["method"], "started": row["started"], "run": path.parent.name,
-                 "value": row["tokens_per_second"], "tpot": None,
-                 "target_passes_per_token": row.get("target_passes_per_token"),
-                 "draft_forwards_per_token": row.get("draft_forward_passes_per_token"),
-                 "skipped": row.get("skipped_draft_steps"),
-                 "steps": row.get("plugin_steps")})
-    for path in sorted(directory.glob("*/serve_cells.jsonl")):
-        for row in read_jsonl(path):
-            cells[("served concurrency", row["concurrency"])].append(
-                {"method": row["method"], "started": row["started"], "run": path.parent.name,
-                 "value": row["output_throughput"], "tpot": row.get("median_tpot_ms"),
-                 "target_passes_per_token": row.get("target_passes_per_token"),
-                 "draft_forwards_per_token": row.get("draft_forward_passes_per_token"),
-                 "skipped": None, "steps": None})
+    for file_name, where, size_key, value_key, tpot_key in SOURCES:
+        for path in sorted(directory.glob(f"*/{file_name}")):
+            for row in read_jsonl(path):
+                cells[(where, row[size_key])].append(
+                    {"method": row["method"], "started": row["started"],
+                     "run": path.parent.name, "value": row[value_key],
+                     "tpot": row.get(tpot_key) if tpot_key else None,
+                     "target_passes_per_token": row.get("target_passes_per_token"),
+                     "draft_forwards_per_token": row.get("draft_forward_passes_per_token")})
     for runs in cells.values():
         runs.sort(key=lambda cell: cell["started"])
     return cells
@@ -57,10 +54,6 @@ def neighbours(runs: list[dict], index: int, baseline: str) -> list[dict]:
     before = [r for r in runs[:index] if r["method"] == baseline][-1:]
     after = [r for r in runs[index + 1:] if r["method"] == baseline][:1]
     return before + after
-
-
-def fmt(value: float | None, digits: int = 2) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
 
 
 def report(directory: Path, baseline: str) -> str:

@@ -195,7 +195,7 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
 
     def forget_requests_not_in(self, live_req_ids) -> None:
         """Drop every per-request entry (policy state, AdaSD's kept drafts,
-        draft-KV holes) of requests that are not live; the tracked gauge too."""
+        draft-KV holes) of requests that are not live."""
         self.request_states.forget_missing(live_req_ids)
         for req_id in [r for r in self.pending_drafts if r not in live_req_ids]:
             del self.pending_drafts[req_id]
