@@ -43,7 +43,9 @@ def load_prompts(dataset: str, per_category: int | None = None, split: str = "al
     None for all; ``split`` "tune" keeps odd question ids, "eval" even ones),
     "gsm8k", or a JSONL path whose rows have ``prompt``/``question`` (one turn)
     or ``turns`` (a list) and optionally ``category``. Prompts stay grouped
-    by category, in file order.
+    by category, in file order. ``per_category`` only applies to datasets
+    whose rows name a category; a dataset without one (GSM8K) is taken in
+    file order up to ``limit``.
     """
     if dataset == "specbench":
         path, name = Path(spec_bench_path), "specbench"
@@ -60,6 +62,8 @@ def load_prompts(dataset: str, per_category: int | None = None, split: str = "al
             continue
         texts = row.get("turns") or [row.get("prompt") or row["question"]]
         by_category[row.get("category", name)].append(list(texts[:turns]))
+    if not any("category" in row for row in rows):
+        per_category = None  # one category (GSM8K): only ``limit`` applies
     prompts = [(cat, texts) for cat, items in by_category.items()
                for texts in (items if per_category is None else items[:per_category])]
     return prompts[:limit] if limit else prompts
@@ -101,7 +105,9 @@ def add_common_args(parser, methods_default: str = "no_spec,vllm_draft_model,gam
     parser.add_argument("--temperature", default="0", help="comma list, e.g. 0,0.7")
     parser.add_argument("--dataset", default="specbench")
     parser.add_argument("--split", default="all", choices=["all", "tune", "eval"])
-    parser.add_argument("--per-category", type=int, default=2)
+    parser.add_argument("--per-category", type=int, default=2,
+                        help="questions per category (datasets with categories, "
+                             "e.g. Spec-Bench; GSM8K uses --limit)")
     parser.add_argument("--limit", type=int)
     parser.add_argument("--dtype", default="bfloat16", help="float32 for the tiny test models")
     parser.add_argument("--max-model-len", type=int, default=4096)

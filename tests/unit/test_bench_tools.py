@@ -98,6 +98,13 @@ def test_load_prompts_turns_split_and_per_category(tmp_path):
     assert bench_common.load_prompts(str(plain)) == [("mine", ["p"]), ("mine", ["q"])]
 
 
+def test_load_prompts_without_categories_ignores_per_category(tmp_path):
+    # GSM8K has no category: --per-category must not cap it at 2 problems
+    plain = write_jsonl(tmp_path / "math.jsonl", [{"question": str(i)} for i in range(5)])
+    assert [t for _, (t,) in bench_common.load_prompts(str(plain), 2)] == ["0", "1", "2", "3", "4"]
+    assert len(bench_common.load_prompts(str(plain), 2, limit=3)) == 3
+
+
 def test_parse_spec_options_substitutes_draft_and_refuses_bad_input():
     specs = bench_common.parse_spec_options(
         ['cost={"method": "gammatune_cost", "model": "{draft}", "num_speculative_tokens": 16}'],
