@@ -1,5 +1,6 @@
 """The benchmark report's arithmetic (no engine)."""
 
+import math
 import sys
 from pathlib import Path
 
@@ -18,6 +19,26 @@ def test_final_number_and_wilson():
     low, high = gsm8k_quality.wilson_interval(8, 10)
     assert low == pytest.approx(0.4902, abs=1e-3) and high == pytest.approx(0.9433, abs=1e-3)
     assert gsm8k_quality.wilson_interval(0, 0) == (0.0, 1.0)
+
+
+def test_final_number_prefers_the_last_boxed_answer():
+    text = "She makes \\boxed{18} dollars per day (for 7 days: 126)."
+    assert gsm8k_quality.final_number(text) == 18.0
+    assert gsm8k_quality.final_number("\\boxed{x} then 5") == 5.0  # no number inside
+
+
+def test_paired_difference_counts_discordant_problems():
+    method = [True, True, False, True, False, True, True, True]
+    target = [True, False, False, True, True, False, False, True]
+    pd = gsm8k_quality.paired_difference(method, target)
+    assert (pd["only_method"], pd["only_reference"]) == (3, 1)
+    assert pd["difference"] == pytest.approx(2 / 8)
+    half = 1.96 * math.sqrt(4 - 4 / 8) / 8
+    assert (pd["low"], pd["high"]) == pytest.approx((2 / 8 - half, 2 / 8 + half))
+    # McNemar exact: 2 * P(Bin(4, 1/2) <= 1) = 2 * 5/16
+    assert pd["p"] == pytest.approx(10 / 16)
+    same = gsm8k_quality.paired_difference(target, target)
+    assert (same["difference"], same["low"], same["high"], same["p"]) == (0.0, 0.0, 0.0, 1.0)
 
 
 def test_differing_share_counts_positions_and_length():
