@@ -3,6 +3,9 @@
     python benchmarks/step_profile.py no_spec  --out benchmarks/results/issue6_aba/profile
     python benchmarks/step_profile.py skip_only --out benchmarks/results/issue6_aba/profile
     python benchmarks/step_profile.py --compare benchmarks/results/issue6_aba/profile
+    python benchmarks/step_profile.py adasd --batch-size 1 --out DIR     # any method
+    python benchmarks/step_profile.py vllm_draft_model --k 5 --batch-size 1 --out DIR
+    python benchmarks/step_profile.py --compare DIR --base vllm_draft_model --other adasd
 
 ``skip_only`` is ``gammatune_cost`` with ``fixed_step_costs`` under which a
 draft never pays: every step takes the skip path (no draft forward), so the
@@ -11,7 +14,9 @@ per step when nobody drafts: vLLM's spec-decode bookkeeping (its rejection
 sampler runs with zero draft tokens) plus the plugin's planning. The engine
 core runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so cProfile
 sees the worker; ``--compare`` prints the per-function differences of the
-step's phases, in seconds over the whole generate.
+step's phases, in seconds over the whole generate. Any other method of
+``vllm_gammatune.evaluation.METHODS`` profiles the same way (``--k``: its
+initial or fixed length).
 """
 
 from __future__ import annotations
@@ -25,21 +30,22 @@ import time
 from pathlib import Path
 
 STEP_PHASES = ("execute_model", "sample_tokens", "propose_draft_token_ids", "_model_forward",
-               "schedule", "update_from_output", "process_outputs", "_prepare_inputs")
+               "schedule", "update_from_output", "process_outputs", "_prepare_inputs",
+               "rejection_sample", "propose", "compute_logits")
 
 
-def profile(name: str, out: Path, batch_size: int, max_tokens: int) -> None:
+def profile(name: str, out: Path, batch_size: int, max_tokens: int, k: int = 4) -> None:
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "0-1")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "4")
     from bench_common import load_prompts
     from vllm import SamplingParams
 
-    from vllm_gammatune.evaluation import start_llm, stop_llm
+    from vllm_gammatune.evaluation import METHODS, start_llm, stop_llm
     from vllm_gammatune.model_prep import prepare_pair
 
     target, draft = prepare_pair()
-    spec = None
+    spec = None if name == "skip_only" else METHODS[name](draft, k, 16)
     if name == "skip_only":
         spec = {"method": "gammatune_cost", "model": draft, "num_speculative_tokens": 8,
                 "fixed_step_costs": {"target_step_s": 0.1, "target_token_s": 0.0,
@@ -91,18 +97,27 @@ def compare(directory: Path, base: str = "no_spec", other: str = "skip_only") ->
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("method", nargs="?", choices=["no_spec", "skip_only"])
+    parser.add_argument("method", nargs="?",
+                        help="no_spec, skip_only, or a name of evaluation.METHODS")
+    parser.add_argument("--k", type=int, default=4, help="the method's initial/fixed length")
+    parser.add_argument("--base", default="no_spec", help="--compare: the reference profile")
+    parser.add_argument("--other", default="skip_only", help="--compare: the profile compared")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/profile"))
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--compare", type=Path, help="a directory holding both .prof files")
     args = parser.parse_args()
     if args.compare:
-        print(compare(args.compare))
+        print(compare(args.compare, args.base, args.other))
     elif args.method:
-        profile(args.method, args.out, args.batch_size, args.max_tokens)
+        from vllm_gammatune.evaluation import METHODS
+
+        if args.method != "skip_only" and args.method not in METHODS:
+            sys.exit(f"method {args.method!r}: expected skip_only or one of "
+                     f"{', '.join(METHODS)}")
+        profile(args.method, args.out, args.batch_size, args.max_tokens, args.k)
     else:
-        sys.exit("give a method (no_spec, skip_only) or --compare DIR")
+        sys.exit("give a method (no_spec, skip_only, ...) or --compare DIR")
 
 
 if __name__ == "__main__":

@@ -171,6 +171,8 @@ class GammaTuneSettings:
                     costs["target_step_s"], costs["target_token_s"]),
                 draft_cost=None if costs is None else FixedLinearCost(
                     costs["draft_pass_s"], costs["draft_token_s"]),
+                # given costs are for reproducible runs: no correction by the clock
+                check_cycles=costs is None,
             )
         if self.method == METHOD_ASSISTANT_THRESHOLD:
             assert self.confidence_threshold is not None

@@ -80,6 +80,11 @@ _COUNTERS = {
 }
 
 
+def read_gauge(llm, name: str) -> float | None:
+    """A gauge's current value (None when the engine does not export it)."""
+    return next((float(m.value) for m in llm.get_metrics() if m.name == name), None)
+
+
 def read_counters(llm) -> dict[str, float]:
     values = dict.fromkeys(_COUNTERS, 0.0)
     by_name = {m.name: m for m in llm.get_metrics()}
@@ -108,6 +113,8 @@ class Measurement:
     batches: list[dict[str, Any]] = field(default_factory=list)
     skipped_draft_steps: float = 0.0
     catch_up_tokens: float = 0.0
+    #: gammatune_cost: vllm:gammatune_cost_drafting_scale at the end of the cell
+    drafting_scale: float | None = None
     plugin_steps: float = 0.0
 
     @property
@@ -231,4 +238,5 @@ def measure(
     return Measurement(method=method, k=k, batch_size=batch_size,
                        num_requests=sum(len(b["indices"]) for b in batches),
                        output_tokens=output_tokens, wall_seconds=wall, batches=batches,
+                       drafting_scale=read_gauge(llm, "vllm:gammatune_cost_drafting_scale"),
                        **delta)

@@ -19,6 +19,11 @@ The plugin adds, per engine:
   the worker;
 - ``vllm:gammatune_plugin_time_us`` (counter): microseconds in the plugin's
   own drafter code (its overhead, apart from the draft model);
+- ``gammatune_cost`` only: ``vllm:gammatune_cost_drafting_scale`` (gauge),
+  the measured efficiency of drafted steps against skipped ones relative to
+  the cost model, at the last step's batch size (1: the model holds; below
+  1: drafting did worse than modelled and the policy discounts it;
+  ``policies.cycle_check``);
 - AdaSD only: ``vllm:gammatune_adasd_entropy_stops`` and
   ``..._relaxed_acceptances`` (counters), ``..._mean_generation_threshold``
   and ``..._mean_verification_threshold`` (gauges, mean over verifications).
@@ -61,6 +66,7 @@ _HEADER_FIELDS = (
     "num_skipped_draft_steps",
     "num_catch_up_tokens",
     "num_steps",
+    "drafting_scale_milli",
 )
 _INT64 = struct.Struct("<q")
 
@@ -120,6 +126,7 @@ class StepCounters:
         policy_seconds: float | None = None,
         num_skipped_draft_steps: int = 0,
         num_catch_up_tokens: int = 0,
+        drafting_scale: float | None = None,
     ) -> None:
         """Add one drafting step (one entry per request that drafted)."""
         base = len(_HEADER_FIELDS)
@@ -137,6 +144,8 @@ class StepCounters:
         self._add(12, num_skipped_draft_steps)
         self._add(13, num_catch_up_tokens)
         self._add(14, 1)
+        if drafting_scale is not None:
+            self._set(15, round(drafting_scale * 1000))
 
     def set_tracked_requests(self, tracked_requests: int) -> None:
         """The number of requests with policy state, between drafting steps."""
@@ -258,6 +267,13 @@ class _PrometheusCollector:
             "the plugin's own time per step).",
             labels=labels,
         )
+        drafting_scale = GaugeMetricFamily(
+            "vllm:gammatune_cost_drafting_scale",
+            "gammatune_cost: measured efficiency of drafted steps over skipped ones, "
+            "relative to the cost model, at the last step's batch size (1: the model "
+            "holds; below 1: drafting is discounted by this factor).",
+            labels=labels,
+        )
         tracked = GaugeMetricFamily(
             "vllm:gammatune_tracked_requests",
             "Requests with draft-length state held by the plugin.",
@@ -290,8 +306,11 @@ class _PrometheusCollector:
             skipped.add_metric(label_values, snap["num_skipped_draft_steps"])
             catch_up.add_metric(label_values, snap["num_catch_up_tokens"])
             steps.add_metric(label_values, snap["num_steps"])
+            if snap["drafting_scale_milli"]:
+                drafting_scale.add_metric(label_values, snap["drafting_scale_milli"] / 1000)
         yield from (length, planned, stops, forwards, tracked, entropy_stops, relaxed,
-                    mean_tg, mean_tv, plugin_seconds, skipped, catch_up, steps)
+                    mean_tg, mean_tv, plugin_seconds, skipped, catch_up, steps,
+                    drafting_scale)
 
 
 _collector: _PrometheusCollector | None = None

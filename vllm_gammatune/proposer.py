@@ -427,6 +427,7 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
         early = step.stopped_early.tolist()
         num_early = sum(1 for i in kept if early[i])
         entropy_stops = step.stop_on == "entropy"
+        cycle_check = getattr(self.policy, "cycle_check", None)
         self._counters.record_step(
             [len(drafts[i]) for i in kept],
             sum(planned[i] for i in kept),
@@ -437,6 +438,8 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
             policy_seconds=self.policy_seconds,
             num_skipped_draft_steps=int(skipped),
             num_catch_up_tokens=num_catch_up_tokens,
+            drafting_scale=(None if cycle_check is None
+                            else cycle_check.drafting_scale(num_reqs)),
         )
 
     # -- the hook into vLLM's draft loop --------------------------------------

@@ -32,6 +32,9 @@ def test_measured_costs_greedy_equals_target(tiny, reference):  # noqa: F811
         metrics = metrics_by_name(llm)
     assert got == reference
     check_spec_counters(metrics)
+    # measured costs: the check against the clock runs and reports its scale
+    scale = metrics["vllm:gammatune_cost_drafting_scale"].value
+    assert 0.25 <= scale <= 4.0
 
 
 def test_unprofitable_drafting_skips_draft_model_and_probes(tiny, reference):  # noqa: F811
@@ -47,6 +50,8 @@ def test_unprofitable_drafting_skips_draft_model_and_probes(tiny, reference):  #
     assert skipped > 0, "no step skipped the draft model"
     assert drafts > 0, "no request probed"
     assert draft_tokens == drafts, "a probe drafts exactly one token"
+    # fixed costs: no correction by the clock, so no scale is reported
+    assert "vllm:gammatune_cost_drafting_scale" not in metrics
     assert counter(metrics, "vllm:gammatune_catch_up_tokens") > 0
     # the draft ran only on probe steps (one pass each), never on skipped ones
     passes = counter(metrics, "vllm:gammatune_draft_forward_passes")

@@ -13,6 +13,7 @@ from vllm_gammatune.policies import (
     BatchLocalLinearCost,
     BatchView,
     CostAwarePolicy,
+    CycleCheck,
     FixedLinearCost,
 )
 
@@ -288,3 +289,97 @@ def test_cost_fit_is_local_to_the_batch_size():
     assert small[1] == pytest.approx(0.001, abs=0.002)
     assert large[1] == pytest.approx(0.02, abs=0.003)
     assert cost.predict(8, batch_size=4) == pytest.approx(0.138, abs=0.01)
+
+
+# -- the model checked against the clock (CycleCheck) -------------------------
+
+
+def test_cycle_check_records_only_whole_cycles():
+    check = CycleCheck(min_cycles=1)
+
+    def cycle(passes_timed=2, target_batch=4, seconds=0.1, draft_passes=2):
+        check.open(4, draft_passes, predicted_tokens=8.0, predicted_seconds=0.4)
+        for _ in range(passes_timed):
+            check.on_draft_pass(0.05)
+        check.on_accepted(3)
+        check.on_target_step(seconds, target_batch)
+        return check.close()
+
+    assert cycle()
+    assert not cycle(passes_timed=1)  # a draft pass was not timed (prefill step)
+    assert not cycle(target_batch=3)  # a request left before the verification
+    assert not cycle(seconds=30.0)  # an idle gap, not a step
+    assert not check.close()  # nothing open
+    assert check.num_cycles(4, drafted=True) == 1
+    # realized (4 + 3) tokens in 0.2 s against 8 predicted in 0.4 s
+    assert check.efficiency(4, drafted=True) == pytest.approx((7 / 0.2) / (8 / 0.4))
+    assert check.num_cycles(4, drafted=False) == 0
+
+
+def test_drafting_scale_compares_drafted_with_skipped_cycles():
+    check = CycleCheck(memory=0.9, min_cycles=3, scale_bounds=(0.25, 4.0))
+    for i in range(10):
+        # the model is 20% pessimistic on plain steps, and flatters drafting:
+        # drafted steps emit what it says but take twice its 0.2 s
+        check.open(4, 0, predicted_tokens=4.0, predicted_seconds=0.12)
+        check.on_target_step(0.10, 4)
+        check.close()
+        if i < 2:
+            assert check.drafting_scale(4) == 1.0  # no drafted evidence yet
+        check.open(4, 1, predicted_tokens=6.0, predicted_seconds=0.2)
+        check.on_draft_pass(0.1)
+        check.on_accepted(2)
+        check.on_target_step(0.3, 4)
+        check.close()
+    assert check.drafting_scale(4) == pytest.approx(0.5 / 1.2)
+    assert check.drafting_scale(16) == 1.0  # per batch size
+    with pytest.raises(ValueError):
+        CycleCheck(memory=0.0)
+
+
+def simulate(p: CostAwarePolicy, num_reqs: int, steps: int, rate: float,
+             drafted_step_slowdown: float, seed: int = 0) -> list[list[int]]:
+    """Drive the policy like the proposer does, on a clock that charges
+    drafted steps ``drafted_step_slowdown`` times what the fixed costs say."""
+    rng = random.Random(seed)
+    states = [p.new_state() for _ in range(num_reqs)]
+    t_base, t_slope = p.target_cost.coefficients()
+    d_base, d_slope = p.draft_cost.coefficients()
+    plans, drafted = [], [0] * num_reqs
+    for _ in range(steps):
+        batch = BatchView(num_reqs, num_reqs + sum(drafted))
+        plan = p.plan_batch(states, batch)
+        plans.append(plan)
+        slow = drafted_step_slowdown if max(plan) else 1.0
+        for i in range(max(plan)):
+            tokens = batch.num_scheduled_tokens + num_reqs if i == 0 else num_reqs
+            p.observe_draft_pass(tokens, (d_base + d_slope * tokens) * slow, num_reqs)
+        for state, k in zip(states, plan):  # the verification, next step
+            if k:
+                accepted = 0
+                while accepted < k and rng.random() < rate:
+                    accepted += 1
+                p.observe(state, k, accepted, batch)
+        scheduled = num_reqs + sum(plan)
+        p.observe_target_step(scheduled, (t_base + t_slope * scheduled) * slow, num_reqs)
+        drafted = plan
+    return plans
+
+
+def test_measured_cycles_overrule_a_model_that_flatters_drafting():
+    honest = policy()
+    plans = simulate(honest, 4, 200, rate=0.93, drafted_step_slowdown=1.0)
+    assert sum(max(plan) > 0 for plan in plans[50:]) > 0.9 * 150  # drafting pays here
+    assert 0.8 < honest.cycle_check.drafting_scale(4) < 1.25
+
+    flattered = policy()
+    plans = simulate(flattered, 4, 400, rate=0.93, drafted_step_slowdown=2.0)
+    late = plans[200:]
+    assert flattered.cycle_check.drafting_scale(4) < 0.7
+    # only probes draft now (one token), and they still come
+    assert all(max(plan) <= 1 for plan in late)
+    assert 0 < sum(max(plan) > 0 for plan in late) < 0.2 * len(late)
+
+    unchecked = policy(check_cycles=False)
+    plans = simulate(unchecked, 4, 200, rate=0.93, drafted_step_slowdown=2.0)
+    assert sum(max(plan) > 0 for plan in plans[50:]) > 0.9 * 150

@@ -11,7 +11,8 @@ def test_counters_shared_between_writer_and_reader(tmp_path):
         writer.record_step([2], num_planned_draft_tokens=2, num_confidence_stops=0,
                            tracked_requests=1, num_catch_up_tokens=9)
         writer.record_step([], num_planned_draft_tokens=0, num_confidence_stops=0,
-                           tracked_requests=1, num_skipped_draft_steps=1)
+                           tracked_requests=1, num_skipped_draft_steps=1,
+                           drafting_scale=0.6204)
         snap = owner.snapshot()
         assert snap["num_drafts"] == 5
         assert snap["num_draft_tokens"] == 1 + 4 + 4 + 7 + 2
@@ -22,6 +23,7 @@ def test_counters_shared_between_writer_and_reader(tmp_path):
         assert snap["num_skipped_draft_steps"] == 1
         assert snap["num_catch_up_tokens"] == 9
         assert snap["num_steps"] == 3
+        assert snap["drafting_scale_milli"] == 620  # a gauge: the last value
         # lengths above the cap land in the cap's bucket
         assert snap["draft_length_counts"] == [0, 1, 1, 0, 3]
         writer.remove()

@@ -9,6 +9,7 @@ from vllm_gammatune.policies.baselines import (
 )
 from vllm_gammatune.policies.cost_aware import CostAwarePolicy, CostAwareState
 from vllm_gammatune.policies.cost_model import BatchLocalLinearCost, FixedLinearCost
+from vllm_gammatune.policies.cycle_check import CycleCheck
 from vllm_gammatune.policies.gammatune import GammaTunePolicy, GammaTuneState
 
 __all__ = [
@@ -20,6 +21,7 @@ __all__ = [
     "BatchView",
     "CostAwarePolicy",
     "CostAwareState",
+    "CycleCheck",
     "DraftLengthPolicy",
     "FixedDraftPolicy",
     "FixedLinearCost",

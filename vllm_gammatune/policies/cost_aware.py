@@ -41,6 +41,14 @@ perfect draft loses, a probe could not change the decision and is not run) (with
 at least half-way due, so they share the draft pass); each further probe
 without drafting in between doubles the interval, up to ``max_probe_interval``;
 drafting for its own sake resets it.
+
+Checking the model against the clock: every plan's predicted tokens and
+seconds are compared with what the step then measured (``cycle_check``), per
+batch size, for steps that drafted and steps that did not; a drafted plan's
+predicted tokens per second is multiplied by the measured ratio of the two
+efficiencies before it is weighed against not drafting, so where the model
+flatters drafting on a machine, measurement overrules it (probes are exempt,
+so the measurement keeps coming).
 """
 
 from __future__ import annotations
@@ -50,10 +58,23 @@ from dataclasses import dataclass
 
 from vllm_gammatune.policies.base import BatchView, DraftLengthPolicy
 from vllm_gammatune.policies.cost_model import BatchLocalLinearCost, FixedLinearCost
+from vllm_gammatune.policies.cycle_check import CycleCheck
 
 #: Acceptance rates are kept inside this interval (a = 1 would make E infinite).
 _MIN_RATE, _MAX_RATE = 0.01, 0.99
 _DINKELBACH_ITERATIONS = 8
+
+
+@dataclass(frozen=True)
+class _StepCosts:
+    """The model's costs of one step (seconds), around its batch size."""
+
+    target_now: float  # the target step without draft tokens
+    per_token: float  # one more draft token (verification + next first pass)
+    first_pass: float  # the draft's pass over the step's target tokens
+    later_pass: float  # each further draft pass (one token per request)
+    catch_up_base: float
+    catch_up_per_token: float
 
 
 @dataclass
@@ -83,6 +104,8 @@ class CostAwarePolicy(DraftLengthPolicy):
         warmup_num_draft_tokens: length drafted while the step costs are not
             measured yet (both costs need a few samples).
         target_cost, draft_cost: fixed costs instead of measured ones.
+        check_cycles: correct drafted plans by their measured efficiency
+            against the model's (``CycleCheck``); off: the model alone.
     """
 
     def __init__(
@@ -95,6 +118,7 @@ class CostAwarePolicy(DraftLengthPolicy):
         warmup_num_draft_tokens: int = 2,
         target_cost: FixedLinearCost | None = None,
         draft_cost: FixedLinearCost | None = None,
+        check_cycles: bool = True,
     ):
         super().__init__(max_num_draft_tokens)
         if probe_interval < 1 or max_probe_interval < probe_interval:
@@ -112,6 +136,7 @@ class CostAwarePolicy(DraftLengthPolicy):
         #: samples, and when costs are fixed)
         self.catch_up_cost = (BatchLocalLinearCost(locality=0.0) if draft_cost is None
                               else draft_cost)
+        self.cycle_check = CycleCheck() if check_cycles else None
         # engine-wide decayed counts (the prior of new requests)
         self._accepted = 1.0
         self._rejections = 1.0
@@ -120,13 +145,19 @@ class CostAwarePolicy(DraftLengthPolicy):
     def observe_target_step(self, num_scheduled_tokens: int, seconds: float,
                             batch_size: int = 1) -> None:
         self.target_cost.add(num_scheduled_tokens, seconds, batch_size)
+        if self.cycle_check is not None:
+            self.cycle_check.on_target_step(seconds, batch_size)
 
     def observe_draft_pass(self, num_tokens: int, seconds: float,
                            batch_size: int = 1) -> None:
         self.draft_cost.add(num_tokens, seconds, batch_size)
+        if self.cycle_check is not None:
+            self.cycle_check.on_draft_pass(seconds)
 
     def observe_catch_up_pass(self, num_tokens: int, seconds: float) -> None:
         self.catch_up_cost.add(num_tokens, seconds)
+        if self.cycle_check is not None:
+            self.cycle_check.on_catch_up_pass(seconds)
 
     # -- acceptance ---------------------------------------------------------
     def new_state(self) -> CostAwareState:
@@ -152,6 +183,8 @@ class CostAwarePolicy(DraftLengthPolicy):
         state.rejections = m * state.rejections + rejected
         self._accepted = m * self._accepted + num_accepted_tokens
         self._rejections = m * self._rejections + rejected
+        if self.cycle_check is not None:
+            self.cycle_check.on_accepted(num_accepted_tokens)
         return state
 
     # -- planning -----------------------------------------------------------
@@ -160,49 +193,92 @@ class CostAwarePolicy(DraftLengthPolicy):
 
     def plan_batch(self, states: list[CostAwareState], batch: BatchView) -> list[int]:
         """Every request's length for this step (0 = no draft); updates probing."""
+        if self.cycle_check is not None:
+            self.cycle_check.close()  # the previous plan's cycle is measured
         if not (self.target_cost.ready and self.draft_cost.ready):
             return self._probe(states, [self.warmup_num_draft_tokens] * len(states),
                                may_probe=True)
-        plan = self.best_plan(states, batch)
+        rates = [self.acceptance_rate(s) for s in states]
+        plan = self.best_plan(states, batch, rates=rates)
         # A probe is worth its draft pass only if some acceptance could make
         # drafting pay at this batch and these costs: if even a draft that is
         # always right would not, no probe can change the decision. (Searched
-        # only on steps where a probe is due.)
+        # only on steps where a probe is due; by the model alone, so that a
+        # measured correction cannot stop the measurements that correct it.)
         may_probe = max(plan) > 0 or (
             any(self._probe_due(s, k) for s, k in zip(states, plan))
-            and max(self.best_plan(states, batch, rates=[_MAX_RATE] * len(states))) > 0)
-        return self._probe(states, plan, may_probe)
+            and max(self.best_plan(states, batch, rates=[_MAX_RATE] * len(states),
+                                   drafting_scale=1.0)) > 0)
+        plan = self._probe(states, plan, may_probe)
+        if self.cycle_check is not None:
+            tokens, seconds = self.predicted_step(rates, batch, plan)
+            self.cycle_check.open(len(states), max(plan, default=0), tokens, seconds)
+        return plan
 
     def expected_tokens(self, rate: float, num_draft_tokens: int) -> float:
         """E(k) = (1 - a^(k+1)) / (1 - a): tokens one verification emits."""
         return (1.0 - rate ** (num_draft_tokens + 1)) / (1.0 - rate)
 
-    def best_plan(self, states: list[CostAwareState], batch: BatchView,
-                  rates: list[float] | None = None) -> list[int]:
-        """The lengths maximising expected tokens per second (``rates``: the
-        requests' acceptance rates, default their estimates)."""
-        num_reqs = len(states)
-        if rates is None:
-            rates = [self.acceptance_rate(s) for s in states]
-        catch_up = list(batch.catch_up_tokens) or [0] * num_reqs
+    def _step_costs(self, batch: BatchView, num_reqs: int) -> _StepCosts:
         scheduled = batch.num_scheduled_tokens or num_reqs
         t_base, t_slope = self.target_cost.coefficients(num_reqs)
         d_base, d_slope = self.draft_cost.coefficients(num_reqs)
         c_base, c_slope = (self.catch_up_cost if self.catch_up_cost.ready
                            else self.draft_cost).coefficients(num_reqs)
+        return _StepCosts(
+            target_now=t_base + t_slope * num_reqs,
+            # one more draft token: one more verified position now, one more
+            # token in the draft's first pass of the next step
+            per_token=t_slope + d_slope,
+            first_pass=d_base + d_slope * (scheduled + num_reqs),
+            later_pass=d_base + d_slope * num_reqs,
+            catch_up_base=c_base, catch_up_per_token=c_slope)
 
-        target_now = t_base + t_slope * num_reqs
+    def predicted_step(self, rates: list[float], batch: BatchView,
+                       plan: list[int]) -> tuple[float, float]:
+        """(tokens, seconds) the model expects of ``plan``: what
+        ``best_plan`` maximises the ratio of, before any measured correction."""
+        num_reqs = len(plan)
+        costs = self._step_costs(batch, num_reqs)
+        tokens = float(num_reqs) + sum(
+            rate * (1.0 - rate ** k) / (1.0 - rate) for rate, k in zip(rates, plan))
+        seconds = costs.target_now
+        if max(plan, default=0) > 0:
+            catch_up = list(batch.catch_up_tokens) or [0] * num_reqs
+            missed = sum(m for k, m in zip(plan, catch_up) if k)
+            seconds += (costs.first_pass + (max(plan) - 1) * costs.later_pass
+                        + costs.per_token * sum(plan)
+                        + (costs.catch_up_base + costs.catch_up_per_token * missed
+                           if missed else 0.0))
+        return tokens, seconds
+
+    def best_plan(self, states: list[CostAwareState], batch: BatchView,
+                  rates: list[float] | None = None,
+                  drafting_scale: float | None = None) -> list[int]:
+        """The lengths maximising expected tokens per second (``rates``: the
+        requests' acceptance rates, default their estimates;
+        ``drafting_scale``: the factor on a drafted plan's tokens per second,
+        default the measured one, ``CycleCheck.drafting_scale``)."""
+        num_reqs = len(states)
+        if rates is None:
+            rates = [self.acceptance_rate(s) for s in states]
+        if drafting_scale is None:
+            drafting_scale = (1.0 if self.cycle_check is None
+                              else self.cycle_check.drafting_scale(num_reqs))
+        catch_up = list(batch.catch_up_tokens) or [0] * num_reqs
+        costs = self._step_costs(batch, num_reqs)
+        target_now = costs.target_now
         best_ratio = num_reqs / target_now if target_now > 0 else math.inf
         best = [0] * num_reqs
         if math.isinf(best_ratio):
             return best
-        # one more draft token: one more verified position now, one more token
-        # in the draft's first pass of the next step
-        per_token = t_slope + d_slope
-        first_pass = d_base + d_slope * (scheduled + num_reqs)
-        later_pass = d_base + d_slope * num_reqs
+        # a drafted plan's tokens per second times the scale = its cost over it
+        inflate = 1.0 / drafting_scale
+        per_token = costs.per_token * inflate
+        c_base = costs.catch_up_base * inflate
+        c_slope = costs.catch_up_per_token * inflate
         for cap in range(1, self.max_num_draft_tokens + 1):
-            fixed = target_now + first_pass + (cap - 1) * later_pass
+            fixed = (target_now + costs.first_pass + (cap - 1) * costs.later_pass) * inflate
             ratio = best_ratio
             plan = best
             for _ in range(_DINKELBACH_ITERATIONS):

@@ -1,0 +1,150 @@
+"""The cost-aware policy's check of its own predictions against the clock.
+
+The cost-aware policy predicts, for the plan it chooses, how many tokens the
+step will emit and how long it will take (``CostAwarePolicy`` module
+docstring). Its linear costs and geometric acceptance are models: on the
+2-core CPU at batch 4 they predicted that drafting pays while drafting steps
+measured about 10% slower per token than skipped ones (README, issue-6 A-B-A
+runs). This module measures every *cycle* (the draft work planned at one
+step, the target step that verifies it, and the tokens that step emits) and
+compares it with the prediction:
+
+    efficiency(kind) = (realized tokens / realized seconds)
+                       / (predicted tokens / predicted seconds)
+
+as ratios of decayed sums over the cycles of one batch size, separately for
+cycles that drafted and cycles that did not. ``drafting_scale`` is
+efficiency(drafted) / efficiency(skipped): how much better (> 1) or worse
+(< 1) drafting does than the model says, relative to the model's error on
+plain decode steps. The policy multiplies a drafted plan's predicted tokens
+per second by it before comparing with not drafting, so a model that
+flatters drafting on this machine is corrected by measurement, with nothing
+to tune.
+
+A cycle counts only when it was measured whole: its target step was timed
+at the same batch size (no request joined or left, no prefill chunk in the
+step), every draft pass it planned was timed, and it took at most
+``OUTLIER_FACTOR`` times its prediction (not an idle gap). Pure Python.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vllm_gammatune.policies.cost_model import OUTLIER_FACTOR
+
+
+@dataclass
+class _Sums:
+    """Decayed sums over the measured cycles of one kind at one batch size."""
+
+    realized_tokens: float = 0.0
+    realized_seconds: float = 0.0
+    predicted_tokens: float = 0.0
+    predicted_seconds: float = 0.0
+    #: cycles measured (not decayed): the evidence behind the ratio
+    count: int = 0
+
+    def efficiency(self) -> float:
+        if min(self.realized_seconds, self.predicted_tokens) <= 0.0:
+            return 1.0
+        realized = self.realized_tokens / self.realized_seconds
+        predicted = self.predicted_tokens / self.predicted_seconds
+        return realized / predicted
+
+
+@dataclass
+class _OpenCycle:
+    batch_size: int
+    num_draft_passes: int
+    predicted_tokens: float
+    predicted_seconds: float
+    seconds: float = 0.0
+    draft_passes_timed: int = 0
+    accepted_tokens: int = 0
+    target_batch_size: int | None = None
+
+
+class CycleCheck:
+    """Realized against predicted throughput, per batch size, drafted vs not.
+
+    Args:
+        memory: weight kept by older cycles of the same kind and batch size
+            per new one.
+        min_cycles: measured cycles of *each* kind needed before the scale
+            departs from 1.
+        scale_bounds: the scale is clamped to this interval.
+    """
+
+    def __init__(self, memory: float = 0.95, min_cycles: int = 4,
+                 scale_bounds: tuple[float, float] = (0.25, 4.0)):
+        if not 0.0 < memory < 1.0:
+            raise ValueError(f"memory must be in (0, 1), got {memory}")
+        self.memory = memory
+        self.min_cycles = min_cycles
+        self.scale_bounds = scale_bounds
+        #: (batch size, drafted) -> sums
+        self._sums: dict[tuple[int, bool], _Sums] = {}
+        self._open: _OpenCycle | None = None
+
+    # -- one cycle ----------------------------------------------------------
+    def open(self, batch_size: int, num_draft_passes: int, predicted_tokens: float,
+             predicted_seconds: float) -> None:
+        """A plan was made: ``num_draft_passes`` draft passes (0 = skipped)
+        expected to emit ``predicted_tokens`` in ``predicted_seconds``."""
+        self._open = _OpenCycle(batch_size, num_draft_passes, predicted_tokens,
+                                predicted_seconds)
+
+    def on_draft_pass(self, seconds: float) -> None:
+        if self._open is not None:
+            self._open.seconds += seconds
+            self._open.draft_passes_timed += 1
+
+    def on_catch_up_pass(self, seconds: float) -> None:
+        if self._open is not None:
+            self._open.seconds += seconds
+
+    def on_accepted(self, num_accepted_tokens: int) -> None:
+        if self._open is not None:
+            self._open.accepted_tokens += num_accepted_tokens
+
+    def on_target_step(self, seconds: float, batch_size: int) -> None:
+        if self._open is not None and self._open.target_batch_size is None:
+            self._open.seconds += seconds
+            self._open.target_batch_size = batch_size
+
+    def close(self) -> bool:
+        """End the open cycle; True if it was measured whole and recorded."""
+        cycle, self._open = self._open, None
+        if (cycle is None or cycle.target_batch_size != cycle.batch_size
+                or cycle.draft_passes_timed != cycle.num_draft_passes
+                or cycle.predicted_seconds <= 0.0
+                or cycle.seconds > OUTLIER_FACTOR * cycle.predicted_seconds):
+            return False
+        sums = self._sums.setdefault((cycle.batch_size, cycle.num_draft_passes > 0), _Sums())
+        m = self.memory
+        sums.realized_tokens = m * sums.realized_tokens + cycle.batch_size + cycle.accepted_tokens
+        sums.realized_seconds = m * sums.realized_seconds + cycle.seconds
+        sums.predicted_tokens = m * sums.predicted_tokens + cycle.predicted_tokens
+        sums.predicted_seconds = m * sums.predicted_seconds + cycle.predicted_seconds
+        sums.count += 1
+        return True
+
+    # -- what the policy reads ------------------------------------------------
+    def efficiency(self, batch_size: int, drafted: bool) -> float:
+        sums = self._sums.get((batch_size, drafted))
+        return 1.0 if sums is None else sums.efficiency()
+
+    def num_cycles(self, batch_size: int, drafted: bool) -> int:
+        sums = self._sums.get((batch_size, drafted))
+        return 0 if sums is None else sums.count
+
+    def drafting_scale(self, batch_size: int) -> float:
+        """efficiency(drafted) / efficiency(skipped) at this batch size, 1.0
+        until both kinds have ``min_cycles`` measured cycles."""
+        if min(self.num_cycles(batch_size, True),
+               self.num_cycles(batch_size, False)) < self.min_cycles:
+            return 1.0
+        scale = self.efficiency(batch_size, True) / self.efficiency(batch_size, False)
+        low, high = self.scale_bounds
+        return min(high, max(low, scale))
