@@ -3,11 +3,11 @@
 The cost-aware policy predicts, for the plan it chooses, how many tokens the
 step will emit and how long it will take (``CostAwarePolicy`` module
 docstring). Its linear costs and geometric acceptance are models: on the
-2-core CPU at batch 4 they predicted that drafting pays while drafting steps
-measured about 10% slower per token than skipped ones (README, issue-6 A-B-A
-runs). This module measures every *cycle* (the draft work planned at one
-step, the target step that verifies it, and the tokens that step emits) and
-compares it with the prediction:
+2-core CPU at batch 4 the policy drafted on a fifth to a half of its steps
+and ran 6-11% below no speculation in the first A-B-A runs (README), so the
+models may flatter drafting there. This module measures every *cycle* (the
+draft work planned at one step, the target step that verifies it, and the
+tokens that step emits) and compares it with the prediction:
 
     efficiency(kind) = (realized tokens / realized seconds)
                        / (predicted tokens / predicted seconds)
