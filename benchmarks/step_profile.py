@@ -45,11 +45,12 @@ def profile(name: str, out: Path, batch_size: int, max_tokens: int, k: int = 4) 
     from vllm_gammatune.model_prep import prepare_pair
 
     target, draft = prepare_pair()
-    spec = None if name == "skip_only" else METHODS[name](draft, k, 16)
     if name == "skip_only":
         spec = {"method": "gammatune_cost", "model": draft, "num_speculative_tokens": 8,
                 "fixed_step_costs": {"target_step_s": 0.1, "target_token_s": 0.0,
                                      "draft_pass_s": 100.0, "draft_token_s": 0.0}}
+    else:
+        spec = METHODS[name](draft, k, 16)
     llm = start_llm(target, spec, max_model_len=4096, dtype="bfloat16",
                     max_num_seqs=batch_size)
     conversations = [[{"role": "user", "content": turns[0]}]

@@ -240,8 +240,7 @@ class CostAwarePolicy(DraftLengthPolicy):
         ``best_plan`` maximises the ratio of, before any measured correction."""
         num_reqs = len(plan)
         costs = self._step_costs(batch, num_reqs)
-        tokens = float(num_reqs) + sum(
-            rate * (1.0 - rate ** k) / (1.0 - rate) for rate, k in zip(rates, plan))
+        tokens = sum(self.expected_tokens(rate, k) for rate, k in zip(rates, plan))
         seconds = costs.target_now
         if max(plan, default=0) > 0:
             catch_up = list(batch.catch_up_tokens) or [0] * num_reqs
