@@ -144,6 +144,10 @@ class _DraftStep:
 class AdaptiveDraftModelProposer(DraftModelProposer):
     """vLLM's DraftModelProposer, drafting each request's own length."""
 
+    #: a step where no request has draft tokens is sampled without vLLM's
+    #: rejection sampler (``acceptance.sample_step``)
+    samples_draftless_steps_plainly = True
+
     def __init__(self, vllm_config, device, runner=None):
         super().__init__(vllm_config=vllm_config, device=device, runner=runner)
         settings = settings_from_additional_config(vllm_config.additional_config)

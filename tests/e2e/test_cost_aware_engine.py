@@ -86,3 +86,37 @@ def test_always_paying_drafts_the_cap_without_skips(tiny, reference):  # noqa: F
     counts = [hist.buckets[b] for b in sorted(hist.buckets, key=lambda b: float(b))]
     at_cap = counts[4] - counts[3]
     assert at_cap > 0.5 * hist.count, "free drafting should mostly use the cap"
+
+
+def _token_logprobs(outputs):
+    """Per request: [(token_id, {top token: logprob})] for every generated token."""
+    return [
+        [(token, {t: lp.logprob for t, lp in top.items()})
+         for token, top in zip(o.outputs[0].token_ids, o.outputs[0].logprobs)]
+        for o in outputs
+    ]
+
+
+def test_logprobs_match_target_on_skipped_and_probe_steps(tiny):
+    """Steps without any draft token are sampled by vLLM's plain sampler, probe
+    steps by its rejection sampler: both must report the target's tokens and
+    top logprobs."""
+    from vllm import SamplingParams
+
+    params = SamplingParams(temperature=0, max_tokens=16, logprobs=2)
+    prompts = PROMPTS[:4]
+    with running_llm(tiny["target"]) as llm:
+        expected = _token_logprobs(llm.generate(prompts, params))
+    spec = {"method": "gammatune_cost", "model": tiny["draft"], "num_speculative_tokens": 4,
+            "probe_interval": 2, "fixed_step_costs": RARELY_PAYS}
+    with running_llm(tiny["target"], spec) as llm:
+        got = _token_logprobs(llm.generate(prompts, params))
+        metrics = metrics_by_name(llm)
+    assert counter(metrics, "vllm:gammatune_skipped_draft_steps") > 0
+    assert counter(metrics, "vllm:spec_decode_num_drafts") > 0
+    for want_request, got_request in zip(expected, got):
+        assert [t for t, _ in got_request] == [t for t, _ in want_request]
+        for (_, want), (_, have) in zip(want_request, got_request):
+            assert set(have) == set(want)
+            for token, logprob in want.items():
+                assert abs(have[token] - logprob) < 1e-3, (token, have[token], logprob)

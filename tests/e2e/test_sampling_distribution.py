@@ -66,6 +66,11 @@ def target_samples(tiny):
         ("gammatune_cost", {"fixed_step_costs": {
             "target_step_s": 0.01, "target_token_s": 0.0, "draft_pass_s": 0.0,
             "draft_token_s": 0.0}}),
+        # costs under which drafting rarely pays: steps without any draft token
+        # (sampled by vLLM's plain sampler) alternate with one-token probes
+        ("gammatune_cost", {"probe_interval": 2, "fixed_step_costs": {
+            "target_step_s": 0.1, "target_token_s": 0.0, "draft_pass_s": 0.06,
+            "draft_token_s": 0.0}}),
     ],
 )
 def test_sampled_distribution_matches_target(tiny, target_samples, method, extra):

@@ -2,13 +2,16 @@
 
 What:
 - ``GPUModelRunner.__init__`` -> ``runner_init.init_with_adaptive_drafter``.
-- ``GPUModelRunner._sample`` -> ``acceptance.sample_with_adasd``.
+- ``GPUModelRunner._sample`` -> ``acceptance.sample_step``.
 - ``GPUModelRunner._update_states`` -> ``lifecycle.update_states_and_forget_finished``.
 Why: the runner picks its drafter in an if/elif chain inside ``__init__``;
   for a plugin method it must build ``AdaptiveDraftModelProposer`` (a subclass
   of ``DraftModelProposer``, so vLLM's isinstance checks still hold). AdaSD's
   verification needs the step's ``req_ids``, which vLLM's rejection sampler is
-  not given; ``_sample`` makes them known for the duration of the call.
+  not given; ``_sample`` makes them known for the duration of the call. A
+  step without any draft token is sampled by vLLM's plain sampler (vLLM runs
+  its rejection sampler on every step once speculation is configured), so a
+  step where no request drafts costs what a step without speculation costs.
   ``_update_states`` is where the worker learns which requests finished (also
   in the empty step an idle engine runs for that): their policy state is
   dropped there, so an idle engine holds none.
@@ -17,7 +20,7 @@ Remove when: vLLM offers a drafter registry and per-request acceptance hooks.
 
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
-from vllm_gammatune.acceptance import sample_with_adasd
+from vllm_gammatune.acceptance import sample_step
 from vllm_gammatune.lifecycle import update_states_and_forget_finished
 from vllm_gammatune.patches.base import rebind
 from vllm_gammatune.runner_init import init_with_adaptive_drafter
@@ -33,7 +36,7 @@ def apply() -> None:
     rebind(
         GPUModelRunner,
         "_sample",
-        sample_with_adasd,
+        sample_step,
         patch_id="gpu_model_runner.GPUModelRunner._sample",
     )
     rebind(
