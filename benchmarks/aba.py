@@ -9,8 +9,11 @@ engine, written by ``run_bench.py`` / ``serve_bench.py`` into its own
 sub-directory) compares each method run with the baseline runs just before
 and after it: the ratio to their mean, and the interval between the ratios to
 each of the two (drift during the run is bounded by its neighbours). The
-summary gives the method's mean over the baseline's mean, and the baseline's
-own spread so a reader sees the noise floor beside the difference.
+summary gives the method's mean over the baseline's mean, the baseline's
+own spread so a reader sees the noise floor beside the difference, and the
+mean of the per-run ratios with a 95% t-interval over the runs (each run
+treated as one independent measurement of the ratio; with 2-3 runs the
+interval is wide, which is the point).
 
 Reads every ``*/cells.jsonl`` (offline: size = batch size, value = output
 tokens/s) and ``*/serve_cells.jsonl`` (served: size = concurrency, value =
@@ -49,6 +52,17 @@ def collect(directory: Path) -> dict[tuple[str, int], list[dict]]:
     return cells
 
 
+def ratio_interval(ratios: list[float]) -> tuple[float, float | None, float | None]:
+    """Mean of the per-run ratios and its 95% t-interval (None with one run)."""
+    mean = statistics.mean(ratios)
+    if len(ratios) < 2:
+        return mean, None, None
+    from scipy.stats import t
+
+    half = t.ppf(0.975, len(ratios) - 1) * statistics.stdev(ratios) / len(ratios) ** 0.5
+    return mean, mean - half, mean + half
+
+
 def neighbours(runs: list[dict], index: int, baseline: str) -> list[dict]:
     """The baseline runs just before and just after ``runs[index]``."""
     before = [r for r in runs[:index] if r["method"] == baseline][-1:]
@@ -62,8 +76,9 @@ def report(directory: Path, baseline: str) -> str:
              "it; [low, high] are its ratios to each of the two.", ""]
     summary = ["## Summary", "",
                f"| where | size | {baseline} runs tok/s | {baseline} spread | method | "
-               "method runs tok/s | method / baseline (means) | per-run ratios |",
-               "|---|---|---|---|---|---|---|---|"]
+               "method runs tok/s | method / baseline (means) | per-run ratios | "
+               "mean ratio [95% t-interval] |",
+               "|---|---|---|---|---|---|---|---|---|"]
     detail = ["## Runs in order", "",
               "| where | size | run | method | tok/s | median TPOT ms | vs neighbours | "
               "[low, high] | target passes/tok | draft fwd/tok |",
@@ -91,10 +106,15 @@ def report(directory: Path, baseline: str) -> str:
         for method, values in sorted(per_method.items()):
             means = (statistics.mean(v for v, _ in values) / statistics.mean(base_values)
                      if base_values else None)
+            ratios = [r for _, r in values if r is not None]
+            interval = "-"
+            if ratios:
+                mean, low, high = ratio_interval(ratios)
+                interval = fmt(mean, 3) + ("" if low is None else f" [{low:.3f}, {high:.3f}]")
             summary.append(
                 f"| {kind} | {size} | {', '.join(fmt(v) for v in base_values)} | {spread} | "
                 f"{method} | {', '.join(fmt(v) for v, _ in values)} | {fmt(means, 3)} | "
-                f"{', '.join(fmt(r, 3) for _, r in values)} |")
+                f"{', '.join(fmt(r, 3) for _, r in values)} | {interval} |")
     return "\n".join(lines + summary + [""] + detail + [""])
 
 

@@ -346,3 +346,12 @@ def test_aba_compares_each_run_with_the_baseline_runs_around_it(tmp_path):
     summary = next(line for line in text.splitlines() if "| cost | 22.00, 18.00 |" in line)
     # method mean 20 over baseline mean 20; per-run ratios in order; baseline spread 50%
     assert "| 1.000 | 1.000, 0.900 |" in summary and "16.00-24.00 (50%)" in summary
+    # mean ratio 0.95, sd 0.0707 over 2 runs: t(0.975, 1) = 12.706, half 0.635
+    assert "| 0.950 [0.315, 1.585] |" in summary
+
+
+def test_aba_ratio_interval():
+    mean, low, high = aba.ratio_interval([1.0, 1.1, 0.9, 1.0])
+    # sd 0.0816, t(0.975, 3) = 3.182: half 0.130
+    assert mean == 1.0 and abs(low - 0.870) < 1e-3 and abs(high - 1.130) < 1e-3
+    assert aba.ratio_interval([1.2]) == (1.2, None, None)
