@@ -70,7 +70,7 @@ _METHOD_KEYS: dict[str, tuple[str, ...]] = {
     METHOD_HF_HEURISTIC: ("gamma_init",),
     METHOD_ASSISTANT_THRESHOLD: ("gamma_init", "confidence_threshold"),
     METHOD_ADASD: ("adasd_mode", "adasd_window"),
-    METHOD_COST_AWARE: ("probe_interval", "fixed_step_costs"),
+    METHOD_COST_AWARE: ("probe_interval", "probe_budget", "fixed_step_costs"),
 }
 #: Methods whose outputs may differ from the target's.
 LOSSY_METHODS = (METHOD_ADASD,)
@@ -93,6 +93,9 @@ DEFAULT_ADASD_MODE = "both"
 #: (0.3 ms for 16 requests at cap 8; the search is cap x requests).
 DEFAULT_COST_AWARE_NUM_SPECULATIVE_TOKENS = 8
 DEFAULT_PROBE_INTERVAL = 8
+#: gammatune_cost: share of engine time probes may add to steps that would
+#: not draft otherwise (``CostAwarePolicy``)
+DEFAULT_PROBE_BUDGET = 0.01
 #: gammatune_cost's fixed_step_costs: the four coefficients, in seconds
 STEP_COST_KEYS = ("target_step_s", "target_token_s", "draft_pass_s", "draft_token_s")
 
@@ -129,6 +132,7 @@ class GammaTuneSettings:
     adasd_window: int | None = None
     #: gammatune_cost only: steps at length 0 before a request probes
     probe_interval: int | None = None
+    probe_budget: float | None = None
     #: gammatune_cost only: fixed costs (STEP_COST_KEYS) instead of measured ones
     fixed_step_costs: dict[str, float] | None = None
 
@@ -162,11 +166,12 @@ class GammaTuneSettings:
             assert self.adasd_mode is not None and self.adasd_window is not None
             return AdaSDPolicy(cap, window=self.adasd_window, mode=self.adasd_mode)
         if self.method == METHOD_COST_AWARE:
-            assert self.probe_interval is not None
+            assert self.probe_interval is not None and self.probe_budget is not None
             costs = self.fixed_step_costs
             return CostAwarePolicy(
                 cap,
                 probe_interval=self.probe_interval,
+                probe_budget=self.probe_budget,
                 target_cost=None if costs is None else FixedLinearCost(
                     costs["target_step_s"], costs["target_token_s"]),
                 draft_cost=None if costs is None else FixedLinearCost(
@@ -336,13 +341,19 @@ def split_speculative_config(
             high=cap,
         )
 
-    probe_interval = fixed_step_costs = None
+    probe_interval = probe_budget = fixed_step_costs = None
     if method == METHOD_COST_AWARE:
         probe_interval = _require_int(
             "probe_interval",
             config.get("probe_interval", DEFAULT_PROBE_INTERVAL),
             ">= 1 (engine steps at draft length 0 before a request probes)",
             low=1,
+        )
+        probe_budget = _require_fraction(
+            "probe_budget",
+            config.get("probe_budget", DEFAULT_PROBE_BUDGET),
+            "(0, 1] (share of engine time probes may add; 1 = no limit)",
+            lambda v: 0.0 < v <= 1.0,
         )
         fixed_step_costs = _step_costs(config.get("fixed_step_costs"))
 
@@ -357,6 +368,7 @@ def split_speculative_config(
         adasd_mode=adasd_mode,
         adasd_window=adasd_window,
         probe_interval=probe_interval,
+        probe_budget=probe_budget,
         fixed_step_costs=fixed_step_costs,
     )
     draft_model_config = {

@@ -21,7 +21,9 @@ model does not run at all that step; ``draft_kv`` records the positions it
 missed and catches a request up before it drafts again. For that method the
 proposer also times the target step (from the end of one proposal to the
 start of the next, at points where the device is synchronised anyway) and
-every draft forward pass, and feeds both to the policy's cost model.
+every draft forward pass, and feeds both to the policy's cost model; and the
+wall time from one plan to the next, which the policy's check against the
+clock charges to the plan (so time no pass timer sees counts too).
 
 State is a ``RequestStateTable`` keyed by ``req_id``, swept against the
 runner's live requests every step (finished and aborted requests leave it;
@@ -183,6 +185,8 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
         self.draft_kv_holes = DraftKVHoles()
         self._clock = time.perf_counter
         self._last_step_end: float | None = None
+        #: when the last plan was made (the cycle check's wall clock)
+        self._last_plan_time: float | None = None
         # start time and token count of the draft pass under way
         self._pass_started: float | None = None
         self._pass_tokens = 0
@@ -263,6 +267,7 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
         runner = self._runner
         if runner is None or num_speculative_tokens == 0:
             self._last_step_end = None  # the next gap is not one target step
+            self._last_plan_time = None
             return super().propose(num_speculative_tokens, *args, **kwargs)
         start = time.perf_counter()
         req_ids = list(runner.input_batch.req_ids)
@@ -278,6 +283,10 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
             # line through them says little about verifying a few draft tokens,
             # which is what the decision is about: fit decode steps only.
             decode_only = longest_query <= 1 + num_speculative_tokens
+            now = self._synchronized_clock()
+            if self._last_plan_time is not None:
+                self.policy.observe_cycle_wall_time(now - self._last_plan_time)
+            self._last_plan_time = now
             if decode_only:
                 self._time_target_step(cad.num_actual_tokens, len(req_ids))
             batch = BatchView(

@@ -6,7 +6,9 @@ from llm_helpers import PROMPTS, metrics_by_name, running_llm
 from test_greedy_equality import MAX_TOKENS, check_spec_counters, reference  # noqa: F401
 
 # a target step of 100 ms, a draft pass of 60 ms: drafting pays only for an
-# acceptance rate of about 0.9 or more (the tiny draft is far below: it probes)
+# acceptance rate of about 0.9 or more (the tiny draft is far below: it probes;
+# the tests that need probes lift the probe budget, probe_budget=1.0, which in
+# runs this short would otherwise hold back every probe)
 RARELY_PAYS = {"target_step_s": 0.1, "target_token_s": 0.0,
                "draft_pass_s": 0.06, "draft_token_s": 0.0}
 # drafting is free: every request drafts the cap
@@ -39,7 +41,7 @@ def test_measured_costs_greedy_equals_target(tiny, reference):  # noqa: F811
 
 def test_unprofitable_drafting_skips_draft_model_and_probes(tiny, reference):  # noqa: F811
     spec = {"method": "gammatune_cost", "model": tiny["draft"], "num_speculative_tokens": 6,
-            "probe_interval": 3, "fixed_step_costs": RARELY_PAYS}
+            "probe_interval": 3, "fixed_step_costs": RARELY_PAYS, "probe_budget": 1.0}
     with running_llm(tiny["target"], spec) as llm:
         got = generate(llm)
         metrics = metrics_by_name(llm)
@@ -58,12 +60,27 @@ def test_unprofitable_drafting_skips_draft_model_and_probes(tiny, reference):  #
     assert passes <= drafts
 
 
+def test_probe_budget_holds_back_probes_that_cannot_pay(tiny, reference):  # noqa: F811
+    """The same costs and interval as above with the default budget (1%): a
+    probe step here loses about one target step, more than 1% of the ~45
+    steps this run takes, so no probe runs and the draft model never does."""
+    spec = {"method": "gammatune_cost", "model": tiny["draft"], "num_speculative_tokens": 6,
+            "probe_interval": 3, "fixed_step_costs": RARELY_PAYS}
+    with running_llm(tiny["target"], spec) as llm:
+        got = generate(llm)
+        metrics = metrics_by_name(llm)
+    assert got == reference
+    assert counter(metrics, "vllm:gammatune_skipped_draft_steps") > 0
+    assert counter(metrics, "vllm:spec_decode_num_drafts") == 0
+    assert counter(metrics, "vllm:gammatune_draft_forward_passes") == 0
+
+
 def test_catch_up_restores_exact_draft_kv(tiny):
     """A draft identical to the target accepts every token only if its KV cache
     is exact: the catch-up after skipped steps must rebuild it."""
     spec = {"method": "gammatune_cost", "model": tiny["draft_identical"],
             "num_speculative_tokens": 6, "probe_interval": 2,
-            "fixed_step_costs": RARELY_PAYS}
+            "fixed_step_costs": RARELY_PAYS, "probe_budget": 1.0}
     with running_llm(tiny["target"], spec) as llm:
         generate(llm, max_tokens=60)
         metrics = metrics_by_name(llm)
@@ -108,7 +125,7 @@ def test_logprobs_match_target_on_skipped_and_probe_steps(tiny):
     with running_llm(tiny["target"]) as llm:
         expected = _token_logprobs(llm.generate(prompts, params))
     spec = {"method": "gammatune_cost", "model": tiny["draft"], "num_speculative_tokens": 4,
-            "probe_interval": 2, "fixed_step_costs": RARELY_PAYS}
+            "probe_interval": 2, "fixed_step_costs": RARELY_PAYS, "probe_budget": 1.0}
     with running_llm(tiny["target"], spec) as llm:
         got = _token_logprobs(llm.generate(prompts, params))
         metrics = metrics_by_name(llm)

@@ -68,7 +68,7 @@ def target_samples(tiny):
             "draft_token_s": 0.0}}),
         # costs under which drafting rarely pays: steps without any draft token
         # (sampled by vLLM's plain sampler) alternate with one-token probes
-        ("gammatune_cost", {"probe_interval": 2, "fixed_step_costs": {
+        ("gammatune_cost", {"probe_interval": 2, "probe_budget": 1.0, "fixed_step_costs": {
             "target_step_s": 0.1, "target_token_s": 0.0, "draft_pass_s": 0.06,
             "draft_token_s": 0.0}}),
     ],

@@ -81,3 +81,19 @@ def test_missing_draft_model_and_unknown_method():
         split(method="gammatune")
     with pytest.raises(GammaTuneConfigError, match="allowed: gammatune, gammatune_plus"):
         split(method="gamma_tune", model="d")
+
+
+@pytest.mark.parametrize("budget", [0, -0.1, 1.5, "all", True])
+def test_probe_budget_outside_unit_interval(budget):
+    with pytest.raises(GammaTuneConfigError) as info:
+        split(method="gammatune_cost", model="d", probe_budget=budget)
+    message = str(info.value)
+    assert "probe_budget" in message and "(0, 1]" in message and repr(budget) in message
+
+
+def test_probe_budget_default_and_given():
+    settings, _ = split(method="gammatune_cost", model="d")
+    assert settings.probe_budget == 0.01
+    settings, draft = split(method="gammatune_cost", model="d", probe_budget=0.05)
+    assert settings.probe_budget == 0.05 and "probe_budget" not in draft
+    assert settings.make_policy().probe_budget == 0.05

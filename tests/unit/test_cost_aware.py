@@ -143,7 +143,7 @@ def test_catch_up_cost_makes_a_lagging_request_wait():
 
 
 def test_reprobes_with_backoff():
-    p = policy(probe_interval=4, max_probe_interval=16)
+    p = policy(probe_interval=4, max_probe_interval=16, probe_budget=1.0)
     state = trained_states(p, 1, drafted=4, accepted=0)[0]
     batch = BatchView(1, 1)  # where a good draft would pay, this one does not
     plans = [p.plan_batch([state], batch)[0] for _ in range(60)]
@@ -153,6 +153,41 @@ def test_reprobes_with_backoff():
     assert probes[0] == 3  # the 4th step without drafting probes
     # every probe after one that did not pay doubles the wait, up to the cap
     assert gaps[:4] == [4, 8, 16, 16]
+
+
+def test_probe_budget_bounds_the_time_probes_add():
+    """Where drafting does not pay, the time probes lose is at most the
+    budget's share of the predicted engine time, shared by every request (new
+    ones included), and probes still come."""
+    budget = 0.02
+    p = policy(probe_interval=2, max_probe_interval=4, probe_budget=budget)
+    states = trained_states(p, 4, drafted=4, accepted=0)
+    batch = BatchView(4, 4)
+    skip_seconds = p.predicted_step([0.01] * 4, batch, [0] * 4)[1]
+    extra = total = 0.0
+    probe_steps = []
+    for step in range(2000):
+        if step % 50 == 49:  # a request leaves, a fresh one (interval 2) joins
+            states[step % 4] = p.new_state()
+        rates = [p.acceptance_rate(s) for s in states]
+        plan = p.plan_batch(states, batch)
+        seconds = p.predicted_step(rates, batch, plan)[1]
+        total += seconds
+        if max(plan) > 0:
+            probe_steps.append(step)
+            tokens = p.predicted_step(rates, batch, plan)[0]
+            extra += seconds - tokens * skip_seconds / 4  # 4 tokens without probes
+            for state, k in zip(states, plan):
+                if k:
+                    p.observe(state, k, 0, batch)
+    assert probe_steps, "probes must still come"
+    assert extra <= budget * total
+    # without the budget the same run probes at least every max_probe_interval steps
+    unlimited = policy(probe_interval=2, max_probe_interval=4, probe_budget=1.0)
+    states = trained_states(unlimited, 4, drafted=4, accepted=0)
+    unlimited_probes = sum(max(unlimited.plan_batch(states, batch)) > 0 for _ in range(2000))
+    assert unlimited_probes > 3 * len(probe_steps)
+    assert skip_seconds > 0
 
 
 def test_probe_resets_when_drafting_pays_again():
@@ -316,6 +351,25 @@ def test_cycle_check_records_only_whole_cycles():
     assert check.num_cycles(4, drafted=False) == 0
 
 
+def test_cycle_wall_time_counts_what_no_pass_timer_sees():
+    """Reported wall time from plan to plan replaces the sum of the timed
+    parts: work around the draft passes (input preparation) is charged too."""
+    check = CycleCheck(min_cycles=1)
+    check.open(4, 1, predicted_tokens=6.0, predicted_seconds=0.2)
+    check.on_draft_pass(0.05)
+    check.on_accepted(2)
+    check.on_target_step(0.15, 4)
+    check.on_wall_time(0.3)  # 0.1 s more than the timed parts
+    measured = check.close()
+    assert measured.tokens == 6 and measured.seconds == pytest.approx(0.3)
+    assert check.efficiency(4, drafted=True) == pytest.approx((6 / 0.3) / (6 / 0.2))
+    # an idle gap seen by the wall clock is not a cycle either
+    check.open(4, 0, predicted_tokens=4.0, predicted_seconds=0.1)
+    check.on_target_step(0.1, 4)
+    check.on_wall_time(30.0)
+    assert check.close() is None
+
+
 def test_drafting_scale_compares_drafted_with_skipped_cycles():
     check = CycleCheck(memory=0.9, min_cycles=3, scale_bounds=(0.25, 4.0))
     for i in range(10):
@@ -383,3 +437,15 @@ def test_measured_cycles_overrule_a_model_that_flatters_drafting():
     unchecked = policy(check_cycles=False)
     plans = simulate(unchecked, 4, 200, rate=0.93, drafted_step_slowdown=2.0)
     assert sum(max(plan) > 0 for plan in plans[50:]) > 0.9 * 150
+
+
+def test_probes_the_clock_finds_expensive_are_rationed_by_the_clock():
+    """The budget charges a probe what it measured, not what the model said:
+    where probe steps take four times the predicted time, fewer of them run."""
+    def probe_steps(slowdown):
+        p = policy(probe_interval=2, max_probe_interval=4)
+        plans = simulate(p, 4, 1500, rate=0.05, drafted_step_slowdown=slowdown)
+        return sum(max(plan) > 0 for plan in plans)
+
+    honest, expensive = probe_steps(1.0), probe_steps(4.0)
+    assert 0 < expensive < 0.6 * honest

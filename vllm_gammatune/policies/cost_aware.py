@@ -40,7 +40,18 @@ make drafting pay at the step's batch and costs: at a batch where even a
 perfect draft loses, a probe could not change the decision and is not run) (with every other request that is
 at least half-way due, so they share the draft pass); each further probe
 without drafting in between doubles the interval, up to ``max_probe_interval``;
-drafting for its own sake resets it.
+drafting for its own sake resets it. Probes that make a step draft which
+otherwise would not are also held to a budget across the engine: the seconds
+the model predicts they lose (their step's time minus what its expected
+tokens would take at the rate of the step without them) may be at most
+``probe_budget`` of the predicted engine time (decayed sums over about the
+last 200 steps), counting the probe about to run; once such a step is
+measured whole (``cycle_check``), its measured loss replaces the predicted
+one, so probes the model thinks cheap but the clock does not are rationed
+by the clock.
+Without it every new request would restart probing at the base interval,
+and where drafting never pays (on this CPU at batch 16 a probe step costs
+about one more target step) probing alone cost a few percent of throughput.
 
 Checking the model against the clock: every plan's predicted tokens and
 seconds are compared with what the step then measured (``cycle_check``), per
@@ -63,6 +74,8 @@ from vllm_gammatune.policies.cycle_check import CycleCheck
 #: Acceptance rates are kept inside this interval (a = 1 would make E infinite).
 _MIN_RATE, _MAX_RATE = 0.01, 0.99
 _DINKELBACH_ITERATIONS = 8
+#: weight kept by the probe budget's sums per step (a window of ~200 steps)
+_BUDGET_MEMORY = 0.995
 
 
 @dataclass(frozen=True)
@@ -106,6 +119,8 @@ class CostAwarePolicy(DraftLengthPolicy):
         target_cost, draft_cost: fixed costs instead of measured ones.
         check_cycles: correct drafted plans by their measured efficiency
             against the model's (``CycleCheck``); off: the model alone.
+        probe_budget: the share of predicted engine time that probes may lose
+            in steps that would not draft otherwise (1.0: no limit).
     """
 
     def __init__(
@@ -119,10 +134,21 @@ class CostAwarePolicy(DraftLengthPolicy):
         target_cost: FixedLinearCost | None = None,
         draft_cost: FixedLinearCost | None = None,
         check_cycles: bool = True,
+        probe_budget: float = 0.01,
     ):
         super().__init__(max_num_draft_tokens)
         if probe_interval < 1 or max_probe_interval < probe_interval:
             raise ValueError("need 1 <= probe_interval <= max_probe_interval")
+        if not 0.0 < probe_budget <= 1.0:
+            raise ValueError(f"probe_budget must be in (0, 1], got {probe_budget}")
+        self.probe_budget = probe_budget
+        #: decayed sums of the predicted seconds that probes lost, and of
+        #: all predicted step seconds (the budget's window)
+        self._probe_seconds = 0.0
+        self._engine_seconds = 0.0
+        #: (predicted lost seconds, predicted seconds per token without the
+        #: probes) of a step the probes made draft, until it is measured
+        self._open_probe: tuple[float, float] | None = None
         self.probe_interval = probe_interval
         self.max_probe_interval = max_probe_interval
         self.memory = memory
@@ -159,6 +185,11 @@ class CostAwarePolicy(DraftLengthPolicy):
         if self.cycle_check is not None:
             self.cycle_check.on_catch_up_pass(seconds)
 
+    def observe_cycle_wall_time(self, seconds: float) -> None:
+        """The wall time since the last plan (called just before the next)."""
+        if self.cycle_check is not None:
+            self.cycle_check.on_wall_time(seconds)
+
     # -- acceptance ---------------------------------------------------------
     def new_state(self) -> CostAwareState:
         return CostAwareState(probe_interval=self.probe_interval)
@@ -193,11 +224,21 @@ class CostAwarePolicy(DraftLengthPolicy):
 
     def plan_batch(self, states: list[CostAwareState], batch: BatchView) -> list[int]:
         """Every request's length for this step (0 = no draft); updates probing."""
+        measured = None
         if self.cycle_check is not None:
-            self.cycle_check.close()  # the previous plan's cycle is measured
+            measured = self.cycle_check.close()  # the previous plan's cycle
+        if self._open_probe is not None:
+            # the last step probed: what it lost, measured, replaces the
+            # prediction charged to the budget when it was planned
+            predicted_lost, seconds_per_token = self._open_probe
+            self._open_probe = None
+            if measured is not None:
+                lost = max(0.0, measured.seconds - measured.tokens * seconds_per_token)
+                self._probe_seconds = max(0.0, self._probe_seconds + lost - predicted_lost)
         if not (self.target_cost.ready and self.draft_cost.ready):
-            return self._probe(states, [self.warmup_num_draft_tokens] * len(states),
-                               may_probe=True)
+            plan = [self.warmup_num_draft_tokens] * len(states)
+            self._advance_probing(states, plan, [False] * len(states))
+            return plan
         rates = [self.acceptance_rate(s) for s in states]
         plan = self.best_plan(states, batch, rates=rates)
         # A probe is worth its draft pass only if some acceptance could make
@@ -205,15 +246,34 @@ class CostAwarePolicy(DraftLengthPolicy):
         # always right would not, no probe can change the decision. (Searched
         # only on steps where a probe is due; by the model alone, so that a
         # measured correction cannot stop the measurements that correct it.)
+        # A probe in a step that drafts anyway shares its passes; one that
+        # makes the step draft must also fit the engine-wide budget, its own
+        # predicted loss included.
         may_probe = max(plan) > 0 or (
             any(self._probe_due(s, k) for s, k in zip(states, plan))
             and max(self.best_plan(states, batch, rates=[_MAX_RATE] * len(states),
                                    drafting_scale=1.0)) > 0)
-        plan = self._probe(states, plan, may_probe)
+        probes = self._probe_mask(states, plan, may_probe)
+        probed = [1 if probe else k for probe, k in zip(probes, plan)]
+        tokens, seconds = self.predicted_step(rates, batch, probed)
+        lost = 0.0
+        if probed != plan:
+            # the seconds the probes lose: their step's time minus what its
+            # tokens would take at the rate of the plan without them
+            base_tokens, base_seconds = self.predicted_step(rates, batch, plan)
+            lost = max(0.0, seconds - tokens * base_seconds / base_tokens)
+            if max(plan) == 0 and (self._probe_seconds + lost
+                                   > self.probe_budget * (self._engine_seconds + seconds)):
+                probes, probed, lost = [False] * len(plan), plan, 0.0
+                tokens, seconds = base_tokens, base_seconds
+            elif max(plan) == 0:
+                self._open_probe = (lost, base_seconds / base_tokens)
+        self._probe_seconds = _BUDGET_MEMORY * self._probe_seconds + lost
+        self._engine_seconds = _BUDGET_MEMORY * self._engine_seconds + seconds
+        self._advance_probing(states, plan, probes)
         if self.cycle_check is not None:
-            tokens, seconds = self.predicted_step(rates, batch, plan)
-            self.cycle_check.open(len(states), max(plan, default=0), tokens, seconds)
-        return plan
+            self.cycle_check.open(len(states), max(probed, default=0), tokens, seconds)
+        return probed
 
     def expected_tokens(self, rate: float, num_draft_tokens: int) -> float:
         """E(k) = (1 - a^(k+1)) / (1 - a): tokens one verification emits."""
@@ -319,27 +379,29 @@ class CostAwarePolicy(DraftLengthPolicy):
     def _probe_due(state: CostAwareState, num_draft_tokens: int) -> bool:
         return num_draft_tokens == 0 and state.steps_since_draft + 1 >= state.probe_interval
 
-    def _probe(self, states: list[CostAwareState], plan: list[int],
-               may_probe: bool) -> list[int]:
-        due = [may_probe and self._probe_due(s, k) for s, k in zip(states, plan)]
-        if any(due):
-            due = [k == 0 and 2 * (s.steps_since_draft + 1) >= s.probe_interval
-                   for s, k in zip(states, plan)]
-        out = []
-        for state, k, probe in zip(states, plan, due):
+    def _probe_mask(self, states: list[CostAwareState], plan: list[int],
+                    may_probe: bool) -> list[bool]:
+        """Which requests probe (draft one token) this step: when one is due,
+        every request at length 0 at least half-way due joins it."""
+        if not (may_probe and any(self._probe_due(s, k) for s, k in zip(states, plan))):
+            return [False] * len(plan)
+        return [k == 0 and 2 * (s.steps_since_draft + 1) >= s.probe_interval
+                for s, k in zip(states, plan)]
+
+    def _advance_probing(self, states: list[CostAwareState], plan: list[int],
+                         probes: list[bool]) -> None:
+        """Per request: back off after a probe that did not pay, reset when
+        drafting for its own sake, count the steps at length 0."""
+        for state, k, probe in zip(states, plan, probes):
             if probe:
                 if state.probing:  # the last probe did not pay: back off
                     state.probe_interval = min(2 * state.probe_interval,
                                                self.max_probe_interval)
                 state.probing = True
                 state.steps_since_draft = 0
-                out.append(1)
             elif k > 0:
                 state.probing = False
                 state.probe_interval = self.probe_interval
                 state.steps_since_draft = 0
-                out.append(k)
             else:
                 state.steps_since_draft += 1
-                out.append(0)
-        return out

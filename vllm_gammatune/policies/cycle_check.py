@@ -21,6 +21,11 @@ per second by it before comparing with not drafting, so a model that
 flatters drafting on this machine is corrected by measurement, with nothing
 to tune.
 
+A cycle's seconds are the wall time from its plan to the next plan when the
+proposer reports it (``on_wall_time``): everything the engine did in between,
+including the draft model's input preparation and vLLM's work around the
+draft passes that no pass timer sees; otherwise the sum of its timed parts.
+
 A cycle counts only when it was measured whole: its target step was timed
 at the same batch size (no request joined or left, no prefill chunk in the
 step), every draft pass it planned was timed, and it took at most
@@ -53,6 +58,14 @@ class _Sums:
         return realized / predicted
 
 
+@dataclass(frozen=True)
+class MeasuredCycle:
+    """A cycle measured whole: the tokens it emitted, the seconds it took."""
+
+    tokens: int
+    seconds: float
+
+
 @dataclass
 class _OpenCycle:
     batch_size: int
@@ -63,6 +76,8 @@ class _OpenCycle:
     draft_passes_timed: int = 0
     accepted_tokens: int = 0
     target_batch_size: int | None = None
+    #: wall time from this plan to the next, when reported
+    wall_seconds: float | None = None
 
 
 class CycleCheck:
@@ -104,6 +119,11 @@ class CycleCheck:
         if self._open is not None:
             self._open.seconds += seconds
 
+    def on_wall_time(self, seconds: float) -> None:
+        """The wall time from the open cycle's plan to now (the next plan)."""
+        if self._open is not None:
+            self._open.wall_seconds = seconds
+
     def on_accepted(self, num_accepted_tokens: int) -> None:
         if self._open is not None:
             self._open.accepted_tokens += num_accepted_tokens
@@ -113,22 +133,27 @@ class CycleCheck:
             self._open.seconds += seconds
             self._open.target_batch_size = batch_size
 
-    def close(self) -> bool:
-        """End the open cycle; True if it was measured whole and recorded."""
+    def close(self) -> MeasuredCycle | None:
+        """End the open cycle; what it measured if it was measured whole (and
+        recorded), else None."""
         cycle, self._open = self._open, None
-        if (cycle is None or cycle.target_batch_size != cycle.batch_size
+        if cycle is None:
+            return None
+        seconds = cycle.seconds if cycle.wall_seconds is None else cycle.wall_seconds
+        if (cycle.target_batch_size != cycle.batch_size
                 or cycle.draft_passes_timed != cycle.num_draft_passes
                 or cycle.predicted_seconds <= 0.0
-                or cycle.seconds > OUTLIER_FACTOR * cycle.predicted_seconds):
-            return False
+                or seconds > OUTLIER_FACTOR * cycle.predicted_seconds):
+            return None
         sums = self._sums.setdefault((cycle.batch_size, cycle.num_draft_passes > 0), _Sums())
         m = self.memory
         sums.realized_tokens = m * sums.realized_tokens + cycle.batch_size + cycle.accepted_tokens
-        sums.realized_seconds = m * sums.realized_seconds + cycle.seconds
+        sums.realized_seconds = m * sums.realized_seconds + seconds
         sums.predicted_tokens = m * sums.predicted_tokens + cycle.predicted_tokens
         sums.predicted_seconds = m * sums.predicted_seconds + cycle.predicted_seconds
         sums.count += 1
-        return True
+        return MeasuredCycle(tokens=cycle.batch_size + cycle.accepted_tokens,
+                             seconds=seconds)
 
     # -- what the policy reads ------------------------------------------------
     def efficiency(self, batch_size: int, drafted: bool) -> float:
