@@ -70,7 +70,7 @@ _METHOD_KEYS: dict[str, tuple[str, ...]] = {
     METHOD_HF_HEURISTIC: ("gamma_init",),
     METHOD_ASSISTANT_THRESHOLD: ("gamma_init", "confidence_threshold"),
     METHOD_ADASD: ("adasd_mode", "adasd_window"),
-    METHOD_COST_AWARE: ("probe_interval", "probe_budget", "fixed_step_costs"),
+    METHOD_COST_AWARE: ("probe_interval", "probe_budget", "min_draft_gain", "fixed_step_costs"),
 }
 #: Methods whose outputs may differ from the target's.
 LOSSY_METHODS = (METHOD_ADASD,)
@@ -96,6 +96,8 @@ DEFAULT_PROBE_INTERVAL = 8
 #: gammatune_cost: share of engine time probes may add to steps that would
 #: not draft otherwise (``CostAwarePolicy``)
 DEFAULT_PROBE_BUDGET = 0.01
+#: gammatune_cost: the predicted gain over not drafting a step needs to draft
+DEFAULT_MIN_DRAFT_GAIN = 0.05
 #: gammatune_cost's fixed_step_costs: the four coefficients, in seconds
 STEP_COST_KEYS = ("target_step_s", "target_token_s", "draft_pass_s", "draft_token_s")
 
@@ -133,6 +135,7 @@ class GammaTuneSettings:
     #: gammatune_cost only: steps at length 0 before a request probes
     probe_interval: int | None = None
     probe_budget: float | None = None
+    min_draft_gain: float | None = None
     #: gammatune_cost only: fixed costs (STEP_COST_KEYS) instead of measured ones
     fixed_step_costs: dict[str, float] | None = None
 
@@ -166,12 +169,13 @@ class GammaTuneSettings:
             assert self.adasd_mode is not None and self.adasd_window is not None
             return AdaSDPolicy(cap, window=self.adasd_window, mode=self.adasd_mode)
         if self.method == METHOD_COST_AWARE:
-            assert self.probe_interval is not None and self.probe_budget is not None
+            assert None not in (self.probe_interval, self.probe_budget, self.min_draft_gain)
             costs = self.fixed_step_costs
             return CostAwarePolicy(
                 cap,
                 probe_interval=self.probe_interval,
                 probe_budget=self.probe_budget,
+                min_draft_gain=self.min_draft_gain,
                 target_cost=None if costs is None else FixedLinearCost(
                     costs["target_step_s"], costs["target_token_s"]),
                 draft_cost=None if costs is None else FixedLinearCost(
@@ -341,7 +345,7 @@ def split_speculative_config(
             high=cap,
         )
 
-    probe_interval = probe_budget = fixed_step_costs = None
+    probe_interval = probe_budget = min_draft_gain = fixed_step_costs = None
     if method == METHOD_COST_AWARE:
         probe_interval = _require_int(
             "probe_interval",
@@ -354,6 +358,12 @@ def split_speculative_config(
             config.get("probe_budget", DEFAULT_PROBE_BUDGET),
             "(0, 1] (share of engine time probes may add; 1 = no limit)",
             lambda v: 0.0 < v <= 1.0,
+        )
+        min_draft_gain = _require_fraction(
+            "min_draft_gain",
+            config.get("min_draft_gain", DEFAULT_MIN_DRAFT_GAIN),
+            "[0, 1) (predicted gain over not drafting a step needs to draft)",
+            lambda v: 0.0 <= v < 1.0,
         )
         fixed_step_costs = _step_costs(config.get("fixed_step_costs"))
 
@@ -369,6 +379,7 @@ def split_speculative_config(
         adasd_window=adasd_window,
         probe_interval=probe_interval,
         probe_budget=probe_budget,
+        min_draft_gain=min_draft_gain,
         fixed_step_costs=fixed_step_costs,
     )
     draft_model_config = {

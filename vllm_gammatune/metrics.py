@@ -21,8 +21,9 @@ The plugin adds, per engine:
   own drafter code (its overhead, apart from the draft model);
 - ``gammatune_cost`` only: ``vllm:gammatune_cost_drafting_scale`` (gauge),
   the measured efficiency of drafted steps against skipped ones relative to
-  the cost model, at the last step's batch size (1: the model holds; below
-  1: drafting did worse than modelled and the policy discounts it;
+  the cost model, at the batch size of the last step where the check had
+  evidence (enough cycles of both kinds; 1 before any: the model holds;
+  below 1: drafting did worse than modelled and the policy discounts it;
   ``policies.cycle_check``);
 - AdaSD only: ``vllm:gammatune_adasd_entropy_stops`` and
   ``..._relaxed_acceptances`` (counters), ``..._mean_generation_threshold``
@@ -270,8 +271,9 @@ class _PrometheusCollector:
         drafting_scale = GaugeMetricFamily(
             "vllm:gammatune_cost_drafting_scale",
             "gammatune_cost: measured efficiency of drafted steps over skipped ones, "
-            "relative to the cost model, at the last step's batch size (1: the model "
-            "holds; below 1: drafting is discounted by this factor).",
+            "relative to the cost model, at the batch size of the last step with enough "
+            "measured cycles (1: the model holds; below 1: drafting is discounted by this "
+            "factor).",
             labels=labels,
         )
         tracked = GaugeMetricFamily(

@@ -185,6 +185,8 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
         self.draft_kv_holes = DraftKVHoles()
         self._clock = time.perf_counter
         self._last_step_end: float | None = None
+        #: the drafting scale the metrics report: the last one with evidence
+        self._reported_drafting_scale = 1.0
         #: when the last plan was made (the cycle check's wall clock)
         self._last_plan_time: float | None = None
         # start time and token count of the draft pass under way
@@ -441,6 +443,10 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
         num_early = sum(1 for i in kept if early[i])
         entropy_stops = step.stop_on == "entropy"
         cycle_check = getattr(self.policy, "cycle_check", None)
+        if cycle_check is not None and cycle_check.is_informed(num_reqs):
+            # the gauge keeps the last scale the check had evidence for: the
+            # tail of a burst (fewer requests, few cycles) does not reset it
+            self._reported_drafting_scale = cycle_check.drafting_scale(num_reqs)
         self._counters.record_step(
             [len(drafts[i]) for i in kept],
             sum(planned[i] for i in kept),
@@ -451,8 +457,7 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
             policy_seconds=self.policy_seconds,
             num_skipped_draft_steps=int(skipped),
             num_catch_up_tokens=num_catch_up_tokens,
-            drafting_scale=(None if cycle_check is None
-                            else cycle_check.drafting_scale(num_reqs)),
+            drafting_scale=None if cycle_check is None else self._reported_drafting_scale,
         )
 
     # -- the hook into vLLM's draft loop --------------------------------------

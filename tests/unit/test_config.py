@@ -97,3 +97,18 @@ def test_probe_budget_default_and_given():
     settings, draft = split(method="gammatune_cost", model="d", probe_budget=0.05)
     assert settings.probe_budget == 0.05 and "probe_budget" not in draft
     assert settings.make_policy().probe_budget == 0.05
+
+
+@pytest.mark.parametrize("gain", [-0.01, 1.0, "some", None])
+def test_min_draft_gain_outside_its_interval(gain):
+    with pytest.raises(GammaTuneConfigError) as info:
+        split(method="gammatune_cost", model="d", min_draft_gain=gain)
+    message = str(info.value)
+    assert "min_draft_gain" in message and "[0, 1)" in message
+
+
+def test_min_draft_gain_default_and_given():
+    settings, _ = split(method="gammatune_cost", model="d")
+    assert settings.min_draft_gain == 0.05
+    settings, draft = split(method="gammatune_cost", model="d", min_draft_gain=0.0)
+    assert settings.make_policy().min_draft_gain == 0.0 and "min_draft_gain" not in draft

@@ -142,6 +142,30 @@ def test_catch_up_cost_makes_a_lagging_request_wait():
     assert fresh[1] > 0 and lagging[1] == 0 and lagging[0] > 0
 
 
+def test_drafts_only_on_a_predicted_gain_above_the_margin():
+    """A step drafts for its own sake only if the model predicts at least
+    min_draft_gain more tokens per second than not drafting."""
+    below = above = 0
+    for num_reqs in (1, 2, 4):
+        for accepted in range(9):
+            plain = policy(min_draft_gain=0.0)
+            states = trained_states(plain, num_reqs, drafted=8, accepted=accepted)
+            batch = BatchView(num_reqs, num_reqs)
+            best = plain.best_plan(states, batch)
+            gain = (ratio_of(plain, states, batch, best)
+                    / ratio_of(plain, states, batch, [0] * num_reqs) - 1.0)
+            margined = policy(min_draft_gain=0.05)
+            margined_states = trained_states(margined, num_reqs, drafted=8, accepted=accepted)
+            plan = margined.best_plan(margined_states, batch)
+            if max(best) > 0 and gain < 0.05:
+                below += 1
+                assert plan == [0] * num_reqs, (num_reqs, accepted, gain)
+            elif max(best) > 0:
+                above += 1
+                assert plan == best, (num_reqs, accepted, gain)
+    assert below and above  # both sides of the margin were exercised
+
+
 def test_reprobes_with_backoff():
     p = policy(probe_interval=4, max_probe_interval=16, probe_budget=1.0)
     state = trained_states(p, 1, drafted=4, accepted=0)[0]
@@ -386,6 +410,7 @@ def test_drafting_scale_compares_drafted_with_skipped_cycles():
         check.on_target_step(0.3, 4)
         check.close()
     assert check.drafting_scale(4) == pytest.approx(0.5 / 1.2)
+    assert check.is_informed(4) and not check.is_informed(16)
     assert check.drafting_scale(16) == 1.0  # per batch size
     with pytest.raises(ValueError):
         CycleCheck(memory=0.0)
@@ -421,12 +446,13 @@ def simulate(p: CostAwarePolicy, num_reqs: int, steps: int, rate: float,
 
 
 def test_measured_cycles_overrule_a_model_that_flatters_drafting():
-    honest = policy()
+    # the check alone: no margin on the predicted gain
+    honest = policy(min_draft_gain=0.0)
     plans = simulate(honest, 4, 200, rate=0.93, drafted_step_slowdown=1.0)
     assert sum(max(plan) > 0 for plan in plans[50:]) > 0.9 * 150  # drafting pays here
     assert 0.8 < honest.cycle_check.drafting_scale(4) < 1.25
 
-    flattered = policy()
+    flattered = policy(min_draft_gain=0.0)
     plans = simulate(flattered, 4, 400, rate=0.93, drafted_step_slowdown=2.0)
     late = plans[200:]
     assert flattered.cycle_check.drafting_scale(4) < 0.7
@@ -434,7 +460,7 @@ def test_measured_cycles_overrule_a_model_that_flatters_drafting():
     assert all(max(plan) <= 1 for plan in late)
     assert 0 < sum(max(plan) > 0 for plan in late) < 0.2 * len(late)
 
-    unchecked = policy(check_cycles=False)
+    unchecked = policy(check_cycles=False, min_draft_gain=0.0)
     plans = simulate(unchecked, 4, 200, rate=0.93, drafted_step_slowdown=2.0)
     assert sum(max(plan) > 0 for plan in plans[50:]) > 0.9 * 150
 

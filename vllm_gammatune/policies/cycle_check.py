@@ -164,11 +164,15 @@ class CycleCheck:
         sums = self._sums.get((batch_size, drafted))
         return 0 if sums is None else sums.count
 
+    def is_informed(self, batch_size: int) -> bool:
+        """True once both kinds have ``min_cycles`` measured cycles here."""
+        return min(self.num_cycles(batch_size, True),
+                   self.num_cycles(batch_size, False)) >= self.min_cycles
+
     def drafting_scale(self, batch_size: int) -> float:
         """efficiency(drafted) / efficiency(skipped) at this batch size, 1.0
         until both kinds have ``min_cycles`` measured cycles."""
-        if min(self.num_cycles(batch_size, True),
-               self.num_cycles(batch_size, False)) < self.min_cycles:
+        if not self.is_informed(batch_size):
             return 1.0
         scale = self.efficiency(batch_size, True) / self.efficiency(batch_size, False)
         low, high = self.scale_bounds
