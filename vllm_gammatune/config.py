@@ -93,8 +93,8 @@ DEFAULT_ADASD_MODE = "both"
 #: (0.3 ms for 16 requests at cap 8; the search is cap x requests).
 DEFAULT_COST_AWARE_NUM_SPECULATIVE_TOKENS = 8
 DEFAULT_PROBE_INTERVAL = 8
-#: gammatune_cost: share of engine time probes may add to steps that would
-#: not draft otherwise (``CostAwarePolicy``)
+#: gammatune_cost: share of engine time that probes may lose in steps that
+#: would not draft otherwise (``CostAwarePolicy``)
 DEFAULT_PROBE_BUDGET = 0.01
 #: gammatune_cost: the predicted gain over not drafting a step needs to draft
 DEFAULT_MIN_DRAFT_GAIN = 0.05
@@ -134,7 +134,9 @@ class GammaTuneSettings:
     adasd_window: int | None = None
     #: gammatune_cost only: steps at length 0 before a request probes
     probe_interval: int | None = None
+    #: gammatune_cost only: share of engine time probes may lose
     probe_budget: float | None = None
+    #: gammatune_cost only: predicted gain over not drafting a step needs to draft
     min_draft_gain: float | None = None
     #: gammatune_cost only: fixed costs (STEP_COST_KEYS) instead of measured ones
     fixed_step_costs: dict[str, float] | None = None
@@ -356,7 +358,7 @@ def split_speculative_config(
         probe_budget = _require_fraction(
             "probe_budget",
             config.get("probe_budget", DEFAULT_PROBE_BUDGET),
-            "(0, 1] (share of engine time probes may add; 1 = no limit)",
+            "(0, 1] (share of engine time probes may lose; 1 = no limit)",
             lambda v: 0.0 < v <= 1.0,
         )
         min_draft_gain = _require_fraction(

@@ -290,7 +290,7 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
                 self.policy.observe_cycle_wall_time(now - self._last_plan_time)
             self._last_plan_time = now
             if decode_only:
-                self._time_target_step(cad.num_actual_tokens, len(req_ids))
+                self._time_target_step(cad.num_actual_tokens, len(req_ids), now)
             batch = BatchView(
                 batch_size=len(req_ids),
                 num_scheduled_tokens=cad.num_actual_tokens,
@@ -405,10 +405,11 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
             torch.cuda.synchronize(self.device)
         return self._clock()
 
-    def _time_target_step(self, num_scheduled_tokens: int, num_reqs: int) -> None:
-        """The time since the last proposal ended: one target step (and vLLM's
-        work around it), for ``num_scheduled_tokens`` tokens."""
-        now = self._clock()  # the observation above synchronised the device
+    def _time_target_step(self, num_scheduled_tokens: int, num_reqs: int,
+                          now: float) -> None:
+        """The time from the end of the last proposal to ``now`` (this one's
+        start, device synchronised): one target step (and vLLM's work around
+        it), for ``num_scheduled_tokens`` tokens."""
         if self._last_step_end is not None:
             self.policy.observe_target_step(num_scheduled_tokens,
                                             now - self._last_step_end, num_reqs)

@@ -195,11 +195,10 @@ def test_probe_budget_bounds_the_time_probes_add():
             states[step % 4] = p.new_state()
         rates = [p.acceptance_rate(s) for s in states]
         plan = p.plan_batch(states, batch)
-        seconds = p.predicted_step(rates, batch, plan)[1]
+        tokens, seconds = p.predicted_step(rates, batch, plan)
         total += seconds
         if max(plan) > 0:
             probe_steps.append(step)
-            tokens = p.predicted_step(rates, batch, plan)[0]
             extra += seconds - tokens * skip_seconds / 4  # 4 tokens without probes
             for state, k in zip(states, plan):
                 if k:

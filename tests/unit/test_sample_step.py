@@ -8,7 +8,8 @@ import pytest
 
 pytest.importorskip("vllm")
 
-from vllm_gammatune.acceptance import _ACTIVE, sample_step  # noqa: E402
+from vllm_gammatune.acceptance import _ACTIVE, AdaSDVerifier, sample_step  # noqa: E402
+from vllm_gammatune.policies import AdaSDPolicy  # noqa: E402
 
 
 class _Recorder:
@@ -20,25 +21,6 @@ class _Recorder:
     def __call__(self, runner, logits, spec_decode_metadata):
         self.calls.append((logits, spec_decode_metadata, _ACTIVE.get()))
         return "sampled"
-
-
-class _Verifier:
-    def __init__(self):
-        self.entered = []
-
-    def step(self, req_ids):
-        import contextlib
-
-        @contextlib.contextmanager
-        def context():
-            token = _ACTIVE.set((self, list(req_ids)))
-            self.entered.append(list(req_ids))
-            try:
-                yield
-            finally:
-                _ACTIVE.reset(token)
-
-        return context()
 
 
 def _runner(plugin_drafter: bool, verifier=None):
@@ -80,9 +62,9 @@ def test_no_speculation_passes_through():
 
 def test_adasd_step_with_drafts_makes_req_ids_known():
     original = _Recorder()
-    verifier = _Verifier()
+    verifier = AdaSDVerifier(SimpleNamespace(policy=AdaSDPolicy(4, window=4, mode="both")))
     metadata = _metadata(2)
     sample_step(original, _runner(plugin_drafter=True, verifier=verifier), "logits", metadata)
-    assert verifier.entered == [["a", "b"]]
+    # the rejection sampler runs inside AdaSD's step, which knows the req_ids
     assert original.calls == [("logits", metadata, (verifier, ["a", "b"]))]
     assert _ACTIVE.get() is None  # reset after the call
