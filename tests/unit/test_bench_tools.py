@@ -10,6 +10,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 import aba  # noqa: E402
 import gsm8k_quality  # noqa: E402
+import paired  # noqa: E402
 import report  # noqa: E402
 
 
@@ -355,3 +356,45 @@ def test_aba_ratio_interval():
     # sd 0.0816, t(0.975, 3) = 3.182: half 0.130
     assert mean == 1.0 and abs(low - 0.870) < 1e-3 and abs(high - 1.130) < 1e-3
     assert aba.ratio_interval([1.2]) == (1.2, None, None)
+
+
+def test_paired_engine_order_rotates_so_each_engine_goes_first_equally():
+    methods = ["no_spec", "cost"]
+    firsts = [paired.engine_order(methods, r, b)[0] for r in range(2) for b in range(3)]
+    assert firsts == ["no_spec", "cost", "no_spec", "cost", "no_spec", "cost"]
+    three = ["a", "b", "c"]
+    assert [paired.engine_order(three, 0, b) for b in range(3)] == [
+        ["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"]]
+
+
+def paired_row(size, round_index, batch, method, seconds, tokens=8, accepted=0.0,
+               token_ids=None, **counts):
+    return {"batch_size": size, "round": round_index, "batch": batch, "method": method,
+            "wall_seconds": seconds, "output_tokens": tokens, "accepted": accepted,
+            "token_ids": token_ids, **counts}
+
+
+def test_paired_summary_uses_complete_rounds_and_pairs_each_round():
+    # 3 prompts at batch 2: two batches per round
+    rows = []
+    for r, (base, method) in enumerate([(1.0, 0.8), (2.0, 2.0)]):  # ratio 1.25, then 1.0
+        for b in range(2):
+            rows.append(paired_row(2, r, b, "no_spec", base, token_ids=[[1, 2], [3, 4]]))
+            rows.append(paired_row(2, r, b, "cost", method, accepted=2.0,
+                                   token_ids=[[1, 2], [3, 5]], draft_forward_passes=1.0,
+                                   plugin_steps=4.0, skipped_draft_steps=3.0))
+    rows.append(paired_row(2, 2, 0, "no_spec", 9.0))  # round 2 cut short: ignored
+    assert paired.complete_rounds(rows, ["no_spec", "cost"], 3) == {2: {0, 1}}
+    summary = paired.summarize(rows, ["no_spec", "cost"], 3)
+    base, cost = summary
+    assert base["rounds"] == 2 and base["ratio"] is None
+    assert base["tokens_per_second"] == [8.0, 4.0]
+    assert cost["ratios"] == pytest.approx([1.25, 1.0])
+    assert cost["ratio"][0] == pytest.approx(1.125)
+    # 4 batches x 8 tokens, 8 accepted: (32 - 8) / 32 target passes per token
+    assert cost["target_passes_per_token"] == pytest.approx(0.75)
+    assert cost["draft_forwards_per_token"] == pytest.approx(4 / 32)
+    assert cost["drafted_step_share"] == pytest.approx(0.25)
+    assert cost["same_as_baseline"] == (4, 8)  # one request of two differs per batch
+    text = paired.report(summary, "no_spec", "t")
+    assert "| 2 | cost | 2 | 10.00, 4.00 | 1.250, 1.000 |" in text and "| 4/8 |" in text

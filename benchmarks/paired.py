@@ -1,0 +1,280 @@
+"""Interleaved paired benchmark: every method's engine alive at once, batches alternating.
+
+    python benchmarks/paired.py --out benchmarks/results/issue6_paired \\
+        --methods no_spec,gammatune_cost --k 8 --batch-sizes 4,16 --rounds 6 \\
+        --max-tokens 64 --split eval --per-category 2
+    python benchmarks/paired.py --out DIR --summary-only
+
+Why: on this CPU the machine's speed drifts by 10-15% over minutes (fresh
+engines of one configuration differ that much, and two runs minutes apart
+too), so engine-per-run A-B-A series (``aba.py``) need many rounds to say
+whether a method is within a few percent of its baseline. Here one process
+starts one engine per method (each its own vLLM engine-core process, as
+``LLM`` does) and, for each batch of prompts, runs that batch on every
+engine back to back, rotating which engine goes first. Drift slower than
+one batch (15-40 s at batch 4-16 on the real pair) cancels in the ratio.
+
+A round is the whole prompt set at one batch size, every engine. Per round
+and method: tokens/s (its batches' tokens over their wall time); the summary
+gives the ratio to the baseline (first method) per round, their mean and a
+95% t-interval over rounds, beside the hardware-independent counts (target
+passes and draft forwards per generated token, share of engine steps that
+drafted) and, at temperature 0, the share of requests whose tokens equal
+the baseline's (lossless methods: all of them, up to batch-dependent
+floating-point ties).
+
+Only one engine generates at a time; an idle engine's core process waits on
+its input queue. Each engine holds its weights and ``VLLM_CPU_KVCACHE_SPACE``
+GiB (default here 2) of KV cache. Rows go to ``paired.jsonl`` (resumable:
+complete rounds are kept, a round cut short runs again) and the summary to
+``paired.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from aba import ratio_interval  # noqa: E402
+from bench_common import (add_common_args, append_row, load_prompts, parse_ks,  # noqa: E402
+                          run_context, write_context)
+from report import fmt, read_jsonl  # noqa: E402
+
+
+class EngineCounts:
+    """One engine's counts, read beside the Prometheus registry.
+
+    With several engines in one process the registry reports only the newest
+    (vLLM unregisters the previous engine's metrics, and the plugin follows
+    it), so ``evaluation.read_counters`` cannot tell them apart. Here vLLM's
+    spec-decoding stats are summed from the engine's own stat-logger calls and
+    the plugin's counters are read from the engine's own counter file.
+    """
+
+    def __init__(self, llm):
+        from vllm_gammatune.config import ADDITIONAL_CONFIG_KEY
+        from vllm_gammatune.metrics import StepCounters
+
+        self.spec = {"drafts": 0, "draft_tokens": 0, "accepted": 0}
+        manager = llm.llm_engine.logger_manager
+        original = manager.record
+
+        def record(scheduler_stats, *args, **kwargs):
+            stats = getattr(scheduler_stats, "spec_decoding_stats", None)
+            if stats is not None:
+                self.spec["drafts"] += stats.num_drafts
+                self.spec["draft_tokens"] += stats.num_draft_tokens
+                self.spec["accepted"] += stats.num_accepted_tokens
+            return original(scheduler_stats, *args, **kwargs)
+
+        manager.record = record
+        plugin = (llm.llm_engine.vllm_config.additional_config or {}).get(ADDITIONAL_CONFIG_KEY)
+        self.plugin = None if plugin is None else StepCounters.attach(
+            plugin["metrics_path"], plugin["settings"]["num_speculative_tokens"])
+
+    def read(self) -> dict[str, float]:
+        values = dict(self.spec)
+        snap = self.plugin.snapshot() if self.plugin is not None else {}
+        for key, field in (("draft_forward_passes", "num_draft_forward_passes"),
+                           ("skipped_draft_steps", "num_skipped_draft_steps"),
+                           ("catch_up_tokens", "num_catch_up_tokens"),
+                           ("plugin_steps", "num_steps")):
+            values[key] = snap.get(field, 0)
+        return values
+
+
+def engine_order(methods: list[str], round_index: int, batch_index: int) -> list[str]:
+    """Which engine runs a batch first: rotate by round and batch (drift cancels)."""
+    shift = (round_index + batch_index) % len(methods)
+    return methods[shift:] + methods[:shift]
+
+
+def complete_rounds(rows: list[dict], methods: list[str],
+                    num_prompts: int) -> dict[int, set[int]]:
+    """batch size -> rounds with a row for every (batch, method)."""
+    seen: dict[tuple[int, int], set[tuple[int, str]]] = defaultdict(set)
+    for row in rows:
+        seen[(row["batch_size"], row["round"])].add((row["batch"], row["method"]))
+    done: dict[int, set[int]] = defaultdict(set)
+    for (size, round_index), pairs in seen.items():
+        if {(b, m) for b in range(-(-num_prompts // size)) for m in methods} <= pairs:
+            done[size].add(round_index)
+    return done
+
+
+def summarize(rows: list[dict], methods: list[str], num_prompts: int) -> list[dict]:
+    """Per (batch size, method): tok/s, per-round ratios to the baseline, counts."""
+    baseline = methods[0]
+    done = complete_rounds(rows, methods, num_prompts)
+    kept = [r for r in rows if r["round"] in done.get(r["batch_size"], set())]
+    # (size, round, method) -> summed tokens, seconds and counters
+    sums: dict[tuple, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    tokens_of: dict[tuple, list] = {}
+    for row in kept:
+        key = (row["batch_size"], row["round"], row["method"])
+        for name in ("output_tokens", "wall_seconds", "accepted", "draft_forward_passes",
+                     "plugin_steps", "skipped_draft_steps", "catch_up_tokens"):
+            sums[key][name] += row.get(name, 0.0) or 0.0
+        tokens_of[(row["batch_size"], row["round"], row["batch"], row["method"])] = \
+            row.get("token_ids")
+    summary = []
+    for size in sorted(done):
+        rounds = sorted(done[size])
+        for method in methods:
+            per_round = [sums[(size, r, method)] for r in rounds]
+            rate = [s["output_tokens"] / s["wall_seconds"] for s in per_round]
+            base = [sums[(size, r, baseline)]["output_tokens"]
+                    / sums[(size, r, baseline)]["wall_seconds"] for r in rounds]
+            ratios = [m / b for m, b in zip(rate, base)]
+            tokens = sum(s["output_tokens"] for s in per_round)
+            steps = sum(s["plugin_steps"] for s in per_round)
+            same = total = 0
+            for r in rounds:
+                for b in range(-(-num_prompts // size)):
+                    mine, theirs = tokens_of[(size, r, b, method)], \
+                        tokens_of[(size, r, b, baseline)]
+                    if mine is not None and theirs is not None:
+                        total += len(mine)
+                        same += sum(x == y for x, y in zip(mine, theirs))
+            summary.append({
+                "batch_size": size, "method": method, "rounds": len(rounds),
+                "tokens_per_second": rate, "ratios": ratios,
+                "ratio": ratio_interval(ratios) if method != baseline else None,
+                "target_passes_per_token":
+                    (tokens - sum(s["accepted"] for s in per_round)) / tokens,
+                "draft_forwards_per_token":
+                    sum(s["draft_forward_passes"] for s in per_round) / tokens,
+                "drafted_step_share":
+                    1 - sum(s["skipped_draft_steps"] for s in per_round) / steps
+                    if steps else None,
+                "catch_up_tokens": sum(s["catch_up_tokens"] for s in per_round),
+                "same_as_baseline": (same, total),
+            })
+    return summary
+
+
+def report(summary: list[dict], baseline: str, title: str) -> str:
+    lines = [f"# Interleaved paired runs against `{baseline}` ({title})", "",
+             "Every engine alive in one process; each batch of prompts runs on every "
+             "engine back to back, the first engine rotating. A round is the whole "
+             "prompt set at one batch size. Ratio: method tok/s over the baseline's in "
+             "the same round; mean and 95% t-interval over rounds.", "",
+             "| batch | method | rounds | tok/s per round | ratio per round | "
+             "mean ratio [95% t-interval] | target passes/tok | draft fwd/tok | "
+             "drafted steps | catch-up tokens | requests equal to baseline |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for row in summary:
+        interval = "-"
+        if row["ratio"] is not None:
+            mean, low, high = row["ratio"]
+            interval = fmt(mean, 3) + ("" if low is None else f" [{low:.3f}, {high:.3f}]")
+        same, total = row["same_as_baseline"]
+        share = row["drafted_step_share"]
+        lines.append(
+            f"| {row['batch_size']} | {row['method']} | {row['rounds']} | "
+            f"{', '.join(fmt(v) for v in row['tokens_per_second'])} | "
+            f"{'-' if row['method'] == baseline else ', '.join(fmt(v, 3) for v in row['ratios'])}"
+            f" | {interval} | {fmt(row['target_passes_per_token'])} | "
+            f"{fmt(row['draft_forwards_per_token'])} | "
+            f"{'-' if share is None else f'{share:.0%}'} | {int(row['catch_up_tokens'])} | "
+            f"{f'{same}/{total}' if total else '-'} |")
+    return "\n".join(lines + [""])
+
+
+def write_summary(out: Path, methods: list[str], num_prompts: int) -> Path:
+    rows = read_jsonl(out / "paired.jsonl") if (out / "paired.jsonl").exists() else []
+    path = out / "paired.md"
+    path.write_text(report(summarize(rows, methods, num_prompts), methods[0], out.name))
+    return path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_common_args(parser, methods_default="no_spec,gammatune_cost", k_default="8")
+    parser.add_argument("--batch-sizes", default="4,16")
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--summary-only", action="store_true")
+    args = parser.parse_args()
+
+    methods = args.methods.split(",")
+    ks = parse_ks(args.k)
+    if len(ks) != 1:
+        sys.exit("--k: one length (the engines are started once)")
+    if args.spec:
+        sys.exit("--spec: not supported here; use run_bench.py")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    prompts = load_prompts(args.dataset, args.per_category, args.split, args.limit)
+    conversations = [[{"role": "user", "content": turns[0]}] for _, turns in prompts]
+    batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
+    temperature = float(args.temperature)
+    if args.summary_only:
+        print(write_summary(out, methods, len(conversations)))
+        return
+
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "0-1")
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+    from vllm import SamplingParams
+
+    from vllm_gammatune.evaluation import METHODS, _generate, start_llm, stop_llm
+    from vllm_gammatune.model_prep import prepare_pair
+
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        sys.exit(f"--methods: unknown {unknown}; allowed: {', '.join(METHODS)}")
+    target, draft = prepare_pair(target_path=args.target, draft_path=args.draft)
+    write_context(out, run_context(args, target, draft))
+    results = out / "paired.jsonl"
+    params = SamplingParams(temperature=temperature, max_tokens=args.max_tokens,
+                            ignore_eos=True, seed=0)
+    engines, counts = {}, {}
+    try:
+        for method in methods:
+            spec = METHODS[method](draft, ks[0], args.cap)
+            engines[method] = start_llm(target, spec, max_model_len=args.max_model_len,
+                                        dtype=args.dtype, max_num_seqs=max(batch_sizes))
+            counts[method] = EngineCounts(engines[method])
+            _generate(engines[method], conversations[:1], params)  # warm-up, not timed
+        for size in batch_sizes:
+            batches = [conversations[i:i + size] for i in range(0, len(conversations), size)]
+            rows = read_jsonl(results) if results.exists() else []
+            done = complete_rounds(rows, methods, len(conversations)).get(size, set())
+            for round_index in range(args.rounds):
+                if round_index in done:
+                    continue
+                for batch_index, batch in enumerate(batches):
+                    for position, method in enumerate(
+                            engine_order(methods, round_index, batch_index)):
+                        llm = engines[method]
+                        before = counts[method].read()
+                        started = time.perf_counter()
+                        outputs = _generate(llm, batch, params)
+                        seconds = time.perf_counter() - started
+                        after = counts[method].read()
+                        append_row(results, {
+                            "batch_size": size, "round": round_index, "batch": batch_index,
+                            "method": method, "position": position, "time": time.time(),
+                            "wall_seconds": seconds,
+                            "output_tokens": sum(len(o.outputs[0].token_ids) for o in outputs),
+                            "token_ids": [list(o.outputs[0].token_ids) for o in outputs],
+                            **{k: after[k] - before[k] for k in after}})
+                print(f"b={size} round {round_index + 1}/{args.rounds} done "
+                      f"({time.strftime('%H:%M:%S')})", file=sys.stderr, flush=True)
+                write_summary(out, methods, len(conversations))
+    finally:
+        for llm in engines.values():
+            stop_llm(llm)
+    print(write_summary(out, methods, len(conversations)))
+
+
+if __name__ == "__main__":
+    main()
