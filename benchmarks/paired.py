@@ -23,6 +23,10 @@ drafted) and, at temperature 0, the share of requests whose tokens equal
 the baseline's (lossless methods: all of them, up to batch-dependent
 floating-point ties).
 
+An A/A run (``--methods no_spec,no_spec#2``: two engines of one method)
+measures what the design itself leaves: differences between engine
+instances, which interleaving does not cancel.
+
 Only one engine generates at a time; an idle engine's core process waits on
 its input queue. Each engine holds its weights and ``VLLM_CPU_KVCACHE_SPACE``
 GiB (default here 2) of KV cache. Rows go to ``paired.jsonl`` (resumable:
@@ -89,6 +93,11 @@ class EngineCounts:
                            ("plugin_steps", "num_steps")):
             values[key] = snap.get(field, 0)
         return values
+
+
+def method_name(engine: str) -> str:
+    """``--methods`` entry -> method: ``no_spec#2`` is a second ``no_spec`` engine (A/A runs)."""
+    return engine.partition("#")[0]
 
 
 def engine_order(methods: list[str], round_index: int, batch_index: int) -> list[str]:
@@ -207,6 +216,8 @@ def main() -> None:
 
     methods = args.methods.split(",")
     ks = parse_ks(args.k)
+    if len(set(methods)) != len(methods):
+        sys.exit("--methods: each engine once (a second engine of one method: NAME#2)")
     if len(ks) != 1:
         sys.exit("--k: one length (the engines are started once)")
     if args.spec:
@@ -228,7 +239,7 @@ def main() -> None:
     from vllm_gammatune.evaluation import METHODS, _generate, start_llm, stop_llm
     from vllm_gammatune.model_prep import prepare_pair
 
-    unknown = [m for m in methods if m not in METHODS]
+    unknown = [m for m in methods if method_name(m) not in METHODS]
     if unknown:
         sys.exit(f"--methods: unknown {unknown}; allowed: {', '.join(METHODS)}")
     target, draft = prepare_pair(target_path=args.target, draft_path=args.draft)
@@ -239,7 +250,7 @@ def main() -> None:
     engines, counts = {}, {}
     try:
         for method in methods:
-            spec = METHODS[method](draft, ks[0], args.cap)
+            spec = METHODS[method_name(method)](draft, ks[0], args.cap)
             engines[method] = start_llm(target, spec, max_model_len=args.max_model_len,
                                         dtype=args.dtype, max_num_seqs=max(batch_sizes))
             counts[method] = EngineCounts(engines[method])

@@ -362,6 +362,7 @@ def test_paired_engine_order_rotates_so_each_engine_goes_first_equally():
     methods = ["no_spec", "cost"]
     firsts = [paired.engine_order(methods, r, b)[0] for r in range(2) for b in range(3)]
     assert firsts == ["no_spec", "cost", "no_spec", "cost", "no_spec", "cost"]
+    assert paired.method_name("no_spec#2") == "no_spec" == paired.method_name("no_spec")
     three = ["a", "b", "c"]
     assert [paired.engine_order(three, 0, b) for b in range(3)] == [
         ["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"]]
