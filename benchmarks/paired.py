@@ -27,6 +27,13 @@ An A/A run (``--methods no_spec,no_spec#2``: two engines of one method)
 measures what the design itself leaves: differences between engine
 instances, which interleaving does not cancel.
 
+Switching engines costs the engine that runs next: in the first series
+(``issue6_paired/offline``, no warm-up on switch) the second engine of a
+batch was 3-7% slower than the first, whichever it was. The rotation
+cancels that in the mean, but it widens the intervals, so each engine now
+generates ``--switch-warmup-tokens`` (default 4) tokens for the batch's
+first prompt, untimed, before its first timed batch after a switch.
+
 Only one engine generates at a time; an idle engine's core process waits on
 its input queue. Each engine holds its weights and ``VLLM_CPU_KVCACHE_SPACE``
 GiB (default here 2) of KV cache. Rows go to ``paired.jsonl`` (resumable:
@@ -211,6 +218,9 @@ def main() -> None:
     parser.add_argument("--batch-sizes", default="4,16")
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--switch-warmup-tokens", type=int, default=4,
+                        help="after switching engines, generate this many tokens for the "
+                             "batch's first prompt, untimed (0: off)")
     parser.add_argument("--summary-only", action="store_true")
     args = parser.parse_args()
 
@@ -247,7 +257,9 @@ def main() -> None:
     results = out / "paired.jsonl"
     params = SamplingParams(temperature=temperature, max_tokens=args.max_tokens,
                             ignore_eos=True, seed=0)
-    engines, counts = {}, {}
+    warmup_params = SamplingParams(temperature=temperature,
+                                   max_tokens=args.switch_warmup_tokens, ignore_eos=True, seed=0)
+    engines, counts, last_engine = {}, {}, None
     try:
         for method in methods:
             spec = METHODS[method_name(method)](draft, ks[0], args.cap)
@@ -266,6 +278,9 @@ def main() -> None:
                     for position, method in enumerate(
                             engine_order(methods, round_index, batch_index)):
                         llm = engines[method]
+                        if method != last_engine and args.switch_warmup_tokens:
+                            _generate(llm, batch[:1], warmup_params)  # untimed
+                        last_engine = method
                         before = counts[method].read()
                         started = time.perf_counter()
                         outputs = _generate(llm, batch, params)
