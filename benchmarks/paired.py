@@ -31,8 +31,8 @@ Switching engines costs the engine that runs next: in the first series
 (``issue6_paired/offline``, no warm-up on switch) the second engine of a
 batch was 3-7% slower than the first, whichever it was. The rotation
 cancels that in the mean, but it widens the intervals, so each engine now
-generates ``--switch-warmup-tokens`` (default 4) tokens for the batch's
-first prompt, untimed, before its first timed batch after a switch.
+generates ``--switch-warmup-tokens`` (default 4) tokens for a short prompt
+outside the set (so no measured prompt is in its prefix cache), untimed, before its first timed batch after a switch.
 
 Only one engine generates at a time; an idle engine's core process waits on
 its input queue. Each engine holds its weights and ``VLLM_CPU_KVCACHE_SPACE``
@@ -100,6 +100,10 @@ class EngineCounts:
                            ("plugin_steps", "num_steps")):
             values[key] = snap.get(field, 0)
         return values
+
+
+#: the untimed request after an engine switch (not in any benchmark set)
+SWITCH_WARMUP_PROMPT = [[{"role": "user", "content": "Count from one to ten."}]]
 
 
 def method_name(engine: str) -> str:
@@ -219,8 +223,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--switch-warmup-tokens", type=int, default=4,
-                        help="after switching engines, generate this many tokens for the "
-                             "batch's first prompt, untimed (0: off)")
+                        help="after switching engines, generate this many tokens for a "
+                             "short prompt outside the set, untimed (0: off)")
     parser.add_argument("--summary-only", action="store_true")
     args = parser.parse_args()
 
@@ -279,7 +283,7 @@ def main() -> None:
                             engine_order(methods, round_index, batch_index)):
                         llm = engines[method]
                         if method != last_engine and args.switch_warmup_tokens:
-                            _generate(llm, batch[:1], warmup_params)  # untimed
+                            _generate(llm, SWITCH_WARMUP_PROMPT, warmup_params)  # untimed
                         last_engine = method
                         before = counts[method].read()
                         started = time.perf_counter()
