@@ -27,12 +27,14 @@ An A/A run (``--methods no_spec,no_spec#2``: two engines of one method)
 measures what the design itself leaves: differences between engine
 instances, which interleaving does not cancel.
 
-Switching engines costs the engine that runs next: in the first series
-(``issue6_paired/offline``, no warm-up on switch) the second engine of a
-batch was 3-7% slower than the first, whichever it was. The rotation
-cancels that in the mean, but it widens the intervals, so each engine now
-generates ``--switch-warmup-tokens`` (default 4) tokens for a short prompt
-outside the set (so no measured prompt is in its prefix cache), untimed, before its first timed batch after a switch.
+An engine switch might cost the engine that runs next (caches, threads
+waking up). As a precaution each engine generates ``--switch-warmup-tokens``
+(default 4) tokens for a short prompt outside the set (so no measured prompt
+is in its prefix cache), untimed, before its first timed batch after a
+switch; and the report gives each method's mean batch ratio when it ran
+first and when it ran second, which differ only by an order effect. (The
+first series, ``issue6_paired/offline``, ran without the warm-up: 0.973
+first and 0.970 second at batch 4, i.e. none to see.)
 
 Only one engine generates at a time; an idle engine's core process waits on
 its input queue. Each engine holds its weights and ``VLLM_CPU_KVCACHE_SPACE``
@@ -137,14 +139,13 @@ def summarize(rows: list[dict], methods: list[str], num_prompts: int) -> list[di
     kept = [r for r in rows if r["round"] in done.get(r["batch_size"], set())]
     # (size, round, method) -> summed tokens, seconds and counters
     sums: dict[tuple, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    tokens_of: dict[tuple, list] = {}
+    by_batch: dict[tuple, dict] = {}
     for row in kept:
         key = (row["batch_size"], row["round"], row["method"])
         for name in ("output_tokens", "wall_seconds", "accepted", "draft_forward_passes",
                      "plugin_steps", "skipped_draft_steps", "catch_up_tokens"):
             sums[key][name] += row.get(name, 0.0) or 0.0
-        tokens_of[(row["batch_size"], row["round"], row["batch"], row["method"])] = \
-            row.get("token_ids")
+        by_batch[(row["batch_size"], row["round"], row["batch"], row["method"])] = row
     summary = []
     for size in sorted(done):
         rounds = sorted(done[size])
@@ -157,13 +158,16 @@ def summarize(rows: list[dict], methods: list[str], num_prompts: int) -> list[di
             tokens = sum(s["output_tokens"] for s in per_round)
             steps = sum(s["plugin_steps"] for s in per_round)
             same = total = 0
+            by_order: dict[bool, list[float]] = {True: [], False: []}
             for r in rounds:
                 for b in range(-(-num_prompts // size)):
-                    mine, theirs = tokens_of[(size, r, b, method)], \
-                        tokens_of[(size, r, b, baseline)]
-                    if mine is not None and theirs is not None:
-                        total += len(mine)
-                        same += sum(x == y for x, y in zip(mine, theirs))
+                    mine, theirs = by_batch[(size, r, b, method)], by_batch[(size, r, b, baseline)]
+                    if mine.get("token_ids") is not None and theirs.get("token_ids") is not None:
+                        total += len(mine["token_ids"])
+                        same += sum(x == y for x, y in zip(mine["token_ids"], theirs["token_ids"]))
+                    if method != baseline and "position" in mine:
+                        by_order[mine["position"] < theirs["position"]].append(
+                            theirs["wall_seconds"] / mine["wall_seconds"])
             summary.append({
                 "batch_size": size, "method": method, "rounds": len(rounds),
                 "tokens_per_second": rate, "ratios": ratios,
@@ -177,6 +181,11 @@ def summarize(rows: list[dict], methods: list[str], num_prompts: int) -> list[di
                     if steps else None,
                 "catch_up_tokens": sum(s["catch_up_tokens"] for s in per_round),
                 "same_as_baseline": (same, total),
+                # batch-level speed ratio to the baseline when this engine ran
+                # first / second in the batch (equal but for an order effect)
+                "ratio_when_first": statistics.mean(by_order[True]) if by_order[True] else None,
+                "ratio_when_second":
+                    statistics.mean(by_order[False]) if by_order[False] else None,
             })
     return summary
 
@@ -189,8 +198,9 @@ def report(summary: list[dict], baseline: str, title: str) -> str:
              "the same round; mean and 95% t-interval over rounds.", "",
              "| batch | method | rounds | tok/s per round | ratio per round | "
              "mean ratio [95% t-interval] | target passes/tok | draft fwd/tok | "
-             "drafted steps | catch-up tokens | requests equal to baseline |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "drafted steps | catch-up tokens | requests equal to baseline | "
+             "batch ratio when first / second |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in summary:
         interval = "-"
         if row["ratio"] is not None:
@@ -205,7 +215,8 @@ def report(summary: list[dict], baseline: str, title: str) -> str:
             f" | {interval} | {fmt(row['target_passes_per_token'])} | "
             f"{fmt(row['draft_forwards_per_token'])} | "
             f"{'-' if share is None else f'{share:.0%}'} | {int(row['catch_up_tokens'])} | "
-            f"{f'{same}/{total}' if total else '-'} |")
+            f"{f'{same}/{total}' if total else '-'} | "
+            f"{fmt(row['ratio_when_first'], 3)} / {fmt(row['ratio_when_second'], 3)} |")
     return "\n".join(lines + [""])
 
 
