@@ -18,6 +18,17 @@ process tree. A killed run resumes: cells already in the file are skipped.
         --k 3 --concurrency 1,4,16 --per-category 2 --max-tokens 64 \\
         --spec 'cost={"method": "gammatune_cost", "model": "{draft}", "num_speculative_tokens": 16}'
 
+Interleaved (``--rounds N``, one ``--k``): every method's server is started
+at once, and each round runs the client at each concurrency against every
+server in turn, the first rotating, so the machine's drift over minutes
+cancels in the per-round ratios (``paired.py`` does the same offline).
+Rows carry ``round`` and ``position``; ``serve_paired.md`` has the ratios to
+the first method with a 95% t-interval over rounds. ``no_spec#2`` names a
+second server of ``no_spec`` (A/A).
+
+    python benchmarks/serve_bench.py --out benchmarks/results/issue6_paired/served \
+        --methods no_spec,gammatune_cost --k 8 --concurrency 4,16 --rounds 4
+
 Methods: any name of ``vllm_gammatune.evaluation.METHODS`` (built from the
 draft, k and ``--cap``; ``vllm_schedule`` is vLLM's batch-size schedule,
 K=k at batch 1 and 0 above), plus ``--spec NAME=JSON`` for any
@@ -53,6 +64,7 @@ from pathlib import Path
 from bench_common import (add_common_args, append_row, cell_key, done_keys, load_prompts,
                           parse_floats, parse_ks, parse_spec_options, plan_cells,
                           run_context, trace_path, write_context)
+from paired import method_name
 
 STARTUP_TIMEOUT_S = 900
 
@@ -301,6 +313,10 @@ def main() -> None:
                         help="extra argument for vllm serve (repeat; use --server-arg=--flag)")
     parser.add_argument("--client-arg", action="append", default=[],
                         help="extra argument for vllm bench serve (repeat)")
+    parser.add_argument("--rounds", type=int,
+                        help="interleaved: every method's server up at once, this many "
+                             "rounds of every concurrency against each in turn (one --k; "
+                             "NAME#2 is a second server of NAME); serve_paired.md")
     args = parser.parse_args()
     # a SIGTERM unwinds like Ctrl-C, so the server's process group is stopped
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -322,8 +338,15 @@ def main() -> None:
     concurrencies = parse_ks(args.concurrency)
     temperatures = parse_floats(args.temperature)
     try:
-        plan = plan_cells(methods, parse_ks(args.k), concurrencies, temperatures, custom,
-                          done_keys(results), size_name="c")
+        if args.rounds and len(parse_ks(args.k)) != 1:
+            raise ValueError("--rounds: one --k (the servers are started once)")
+        if args.rounds and len(set(methods)) != len(methods):
+            raise ValueError("--methods: each server once (a second one of NAME: NAME#2)")
+        # --rounds: names are checked here, the cells are planned per round
+        plan = plan_cells(list({method_name(m): None for m in methods}) if args.rounds
+                          else methods, parse_ks(args.k), concurrencies, temperatures,
+                          custom, set() if args.rounds else done_keys(results),
+                          size_name="c")
     except ValueError as error:
         sys.exit(str(error))
     env = server_env(args)
@@ -336,63 +359,162 @@ def main() -> None:
 
     from vllm_gammatune.evaluation import METHODS
 
+    def spec_of(method: str, k: int) -> dict | None:
+        name = method_name(method)
+        return custom[name] if name in custom else METHODS[name](draft, max(k, 1), args.cap)
+
+    cell = Cell(args, target, dataset, num_prompts, env, results, out, context["date"])
+    if args.rounds:
+        run_interleaved(args, methods, spec_of, concurrencies, temperatures, cell, out)
+        return
     total = sum(len(todo) for _, _, todo, _ in plan)
     finished, started_all = 0, time.time()
     for method, k, todo, variant in plan:
-        spec = custom[method] if method in custom else METHODS[method](draft, max(k, 1), args.cap)
+        spec = spec_of(method, k)
         slug = f"{method}_k{k}"
-        cell_env = dict(env)
-        if args.trace:
-            cell_env["VLLM_GAMMATUNE_TRACE"] = str(trace_path(out, slug))
-        port = free_port()
-        base = f"http://127.0.0.1:{port}"
-        server = Server(serve_command(args, target, spec, port), cell_env,
-                        out / "logs" / f"{slug}.log")
+        server = start_server(args, target, spec, env, out, slug)
         try:
-            server.wait_healthy(base)
-            # warm-up outside the measured span (the first request compiles/allocates)
-            http_post(base + "/v1/completions", {"model": target, "prompt": "Hello",
-                                                 "max_tokens": 8, "temperature": 0})
             for concurrency, temperature in todo:
                 key = cell_key(method, k, concurrency, temperature, variant, size_name="c")
                 eta = ((time.time() - started_all) / finished * (total - finished)
                        if finished else None)
                 print(f"[serve_bench] cell {finished + 1}/{total}: {key}"
                       + (f" (~{eta / 60:.1f} min left)" if eta else ""), file=sys.stderr)
-                name = f"{slug}_c{concurrency}_t{temperature}.json"
-                before = parse_metrics(http_get(base + "/metrics"))
-                started = time.time()
-                with PeakRss(server.proc.pid) as rss:
-                    run = subprocess.run(
-                        client_command(args, target, port, dataset, num_prompts, concurrency,
-                                       temperature, out / "client", name),
-                        env=env, capture_output=True, text=True)
-                (out / "logs" / f"{name}.client.log").write_text(run.stdout + run.stderr)
-                if run.returncode != 0:
-                    raise RuntimeError(f"bench serve failed ({run.returncode}):\n"
-                                       + (run.stdout + run.stderr)[-3000:])
-                after = parse_metrics(http_get(base + "/metrics"))
-                client = json.loads((out / "client" / name).read_text())
-                delta = metrics_delta(before, after)
-                output_tokens = int(client.get("total_output_tokens") or 0)
-                row = {"key": key, "method": method, "k": k, "concurrency": concurrency,
-                       "temperature": temperature, "max_tokens": args.max_tokens,
-                       "num_requests": num_prompts, "dataset": args.dataset,
-                       "speculative_config": spec, "variant": variant,
-                       "started": started, "run_date": context["date"],
-                       **{f: client.get(f) for f in CLIENT_FIELDS},
-                       "metrics_delta": delta, **derived(delta, output_tokens),
-                       "peak_rss_gib": rss.peak / 2**30}
-                append_row(results, row)
+                cell.run(server, key, method, k, concurrency, temperature, spec, variant,
+                         f"{slug}_c{concurrency}_t{temperature}.json")
                 finished += 1
-                print(f"[serve_bench]   {row['output_throughput'] or 0:.2f} tok/s, "
-                      f"TPOT {row['median_tpot_ms'] or float('nan'):.1f} ms (median), "
-                      f"peak RSS {row['peak_rss_gib']:.2f} GiB", file=sys.stderr)
         finally:
             server.stop()
     print(f"[serve_bench] {finished} cells in {(time.time() - started_all) / 60:.1f} min; "
           f"{results}", file=sys.stderr)
 
+
+def start_server(args, target: str, spec: dict | None, env: dict, out: Path,
+                 slug: str) -> Server:
+    """A healthy, warmed-up server for one method (the warm-up request is not measured)."""
+    server_env_ = dict(env)
+    if args.trace:
+        server_env_["VLLM_GAMMATUNE_TRACE"] = str(trace_path(out, slug))
+    port = free_port()
+    server = Server(serve_command(args, target, spec, port), server_env_,
+                    out / "logs" / f"{slug}.log")
+    server.port, server.base = port, f"http://127.0.0.1:{port}"
+    try:
+        server.wait_healthy(server.base)
+        # warm-up outside the measured span (the first request compiles/allocates)
+        http_post(server.base + "/v1/completions", {"model": target, "prompt": "Hello",
+                                                    "max_tokens": 8, "temperature": 0})
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+class Cell:
+    """One client run against one server, recorded as a row of ``serve_cells.jsonl``."""
+
+    def __init__(self, args, target, dataset, num_prompts, env, results, out, run_date):
+        self.args, self.target, self.dataset = args, target, dataset
+        self.num_prompts, self.env, self.results, self.out = num_prompts, env, results, out
+        self.run_date = run_date
+
+    def run(self, server: Server, key: str, method: str, k: int, concurrency: int,
+            temperature: float, spec, variant, name: str, **extra) -> dict:
+        args, out = self.args, self.out
+        before = parse_metrics(http_get(server.base + "/metrics"))
+        started = time.time()
+        with PeakRss(server.proc.pid) as rss:
+            run = subprocess.run(
+                client_command(args, self.target, server.port, self.dataset, self.num_prompts,
+                               concurrency, temperature, out / "client", name),
+                env=self.env, capture_output=True, text=True)
+        (out / "logs" / f"{name}.client.log").write_text(run.stdout + run.stderr)
+        if run.returncode != 0:
+            raise RuntimeError(f"bench serve failed ({run.returncode}):\n"
+                               + (run.stdout + run.stderr)[-3000:])
+        after = parse_metrics(http_get(server.base + "/metrics"))
+        client = json.loads((out / "client" / name).read_text())
+        delta = metrics_delta(before, after)
+        output_tokens = int(client.get("total_output_tokens") or 0)
+        row = {"key": key, "method": method, "k": k, "concurrency": concurrency,
+               "temperature": temperature, "max_tokens": args.max_tokens,
+               "num_requests": self.num_prompts, "dataset": args.dataset,
+               "speculative_config": spec, "variant": variant,
+               "started": started, "run_date": self.run_date,
+               **{f: client.get(f) for f in CLIENT_FIELDS},
+               "metrics_delta": delta, **derived(delta, output_tokens),
+               "peak_rss_gib": rss.peak / 2**30, **extra}
+        append_row(self.results, row)
+        print(f"[serve_bench]   {row['output_throughput'] or 0:.2f} tok/s, "
+              f"TPOT {row['median_tpot_ms'] or float('nan'):.1f} ms (median), "
+              f"peak RSS {row['peak_rss_gib']:.2f} GiB", file=sys.stderr)
+        return row
+
+
+def run_interleaved(args, methods, spec_of, concurrencies, temperatures, cell: Cell,
+                    out: Path) -> None:
+    """``--rounds``: every method's server up at once; each round runs the client
+    at each concurrency against every server in turn, the first rotating
+    (``paired.engine_order``), so the machine's drift over minutes cancels in
+    the per-round ratios; summary in ``serve_paired.md`` (``paired.report``)."""
+    import paired
+
+    k = parse_ks(args.k)[0]
+    done = done_keys(cell.results)
+    servers = {}
+    try:
+        for method in methods:
+            servers[method] = start_server(args, cell.target, spec_of(method, k), cell.env,
+                                           out, method.replace("#", "_"))
+        for round_index in range(args.rounds):
+            for ci, concurrency in enumerate(concurrencies):
+                for temperature in temperatures:
+                    order = paired.engine_order(methods, round_index, ci)
+                    for position, method in enumerate(order):
+                        key = (cell_key(method, k, concurrency, temperature, size_name="c")
+                               + f"|round={round_index}")
+                        if key in done:
+                            continue
+                        print(f"[serve_bench] round {round_index + 1}/{args.rounds}: {key}",
+                              file=sys.stderr)
+                        cell.run(servers[method], key, method, k, concurrency, temperature,
+                                 spec_of(method, k), {},
+                                 f"{method.replace('#', '_')}_c{concurrency}_t{temperature}"
+                                 f"_r{round_index}.json",
+                                 round=round_index, position=position)
+            write_served_summary(out, methods)
+    finally:
+        for server in servers.values():
+            server.stop()
+    print(write_served_summary(out, methods), file=sys.stderr)
+
+
+def served_rows_as_batches(rows: list[dict]) -> list[dict]:
+    """Interleaved served rows in ``paired.summarize``'s shape: one batch per
+    (round, concurrency, method), sized by the concurrency."""
+    return [{"batch_size": r["concurrency"], "round": r["round"], "batch": 0,
+             "method": r["method"], "position": r["position"],
+             "wall_seconds": r["duration"], "output_tokens": r["total_output_tokens"],
+             "accepted": r["metrics_delta"].get("accepted", 0.0),
+             "draft_forward_passes":
+                 r["metrics_delta"].get("gammatune_draft_forward_passes", 0.0),
+             "skipped_draft_steps": r["metrics_delta"].get("gammatune_skipped_draft_steps", 0.0),
+             "plugin_steps": r["metrics_delta"].get("gammatune_steps", 0.0),
+             "catch_up_tokens": r["metrics_delta"].get("gammatune_catch_up_tokens", 0.0)}
+            for r in rows if "round" in r]
+
+
+def write_served_summary(out: Path, methods: list[str]) -> Path:
+    import paired
+    from report import read_jsonl
+
+    rows = served_rows_as_batches(read_jsonl(out / "serve_cells.jsonl"))
+    # one "batch" per round and concurrency: 1 prompt in batches of the concurrency
+    summary = paired.summarize(rows, methods, num_prompts=1)
+    path = out / "serve_paired.md"
+    path.write_text(paired.report(summary, methods[0], out.name)
+                    .replace("| batch |", "| concurrency |", 1))
+    return path
 
 if __name__ == "__main__":
     main()

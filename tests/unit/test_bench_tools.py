@@ -399,3 +399,27 @@ def test_paired_summary_uses_complete_rounds_and_pairs_each_round():
     assert cost["same_as_baseline"] == (4, 8)  # one request of two differs per batch
     text = paired.report(summary, "no_spec", "t")
     assert "| 2 | cost | 2 | 10.00, 4.00 | 1.250, 1.000 |" in text and "| 4/8 |" in text
+
+
+def test_served_interleaved_rows_summarised_per_round(tmp_path):
+    import json
+
+    def row(method, round_index, position, duration, tokens=1000, accepted=0.0):
+        return {"method": method, "round": round_index, "position": position,
+                "concurrency": 4, "duration": duration, "total_output_tokens": tokens,
+                "metrics_delta": {"accepted": accepted, "gammatune_steps": 10.0,
+                                  "gammatune_skipped_draft_steps": 9.0}}
+
+    rows = [row("no_spec", 0, 0, 50.0), row("cost", 0, 1, 40.0, accepted=100.0),
+            row("no_spec", 1, 1, 50.0), row("cost", 1, 0, 50.0),
+            row("no_spec", 2, 0, 10.0)]  # round 2 lacks "cost": left out
+    (tmp_path / "serve_cells.jsonl").write_text(
+        "\n".join(json.dumps(r) for r in rows) + "\n{\"key\": \"not interleaved\"}\n")
+    text = serve_bench.write_served_summary(tmp_path, ["no_spec", "cost"]).read_text()
+    line = next(li for li in text.splitlines() if "| cost |" in li)
+    # round 0: 25 / 20 tok/s = 1.25; round 1: 1.0; 100 of 2000 tokens accepted
+    assert line.startswith("| 4 | cost | 2 | 25.00, 20.00 | 1.250, 1.000 | 1.125 [")
+    assert "| 0.95 |" in line and "| 10% |" in line
+    # cost ran second in round 0 (1.25) and first in round 1 (1.0)
+    assert line.endswith("| 1.000 / 1.250 |")
+    assert "| concurrency |" in text
