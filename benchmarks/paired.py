@@ -113,6 +113,20 @@ def method_name(engine: str) -> str:
     return engine.partition("#")[0]
 
 
+def baseline_first(methods: list[str], baseline: str | None) -> list[str]:
+    """The summary's order: ``baseline`` (default the first engine) first.
+
+    Engines start in ``--methods`` order, and in the A/A run the one started
+    second ran 3% slower at batch 4 (``issue6_paired/aa``), so a method is
+    measured started both before and after its baseline.
+    """
+    if baseline is None:
+        return list(methods)
+    if baseline not in methods:
+        raise ValueError(f"--baseline {baseline!r}: not in --methods ({', '.join(methods)})")
+    return [baseline] + [m for m in methods if m != baseline]
+
+
 def engine_order(methods: list[str], round_index: int, batch_index: int) -> list[str]:
     """Which engine runs a batch first: rotate by round and batch (drift cancels)."""
     shift = (round_index + batch_index) % len(methods)
@@ -190,8 +204,10 @@ def summarize(rows: list[dict], methods: list[str], num_prompts: int) -> list[di
     return summary
 
 
-def report(summary: list[dict], baseline: str, title: str) -> str:
+def report(summary: list[dict], baseline: str, title: str,
+           started: list[str] | None = None) -> str:
     lines = [f"# Interleaved paired runs against `{baseline}` ({title})", "",
+             *([f"Engines started in the order {', '.join(started)}.", ""] if started else []),
              "Every engine alive in one process; each batch of prompts runs on every "
              "engine back to back, the first engine rotating. A round is the whole "
              "prompt set at one batch size. Ratio: method tok/s over the baseline's in "
@@ -220,10 +236,14 @@ def report(summary: list[dict], baseline: str, title: str) -> str:
     return "\n".join(lines + [""])
 
 
-def write_summary(out: Path, methods: list[str], num_prompts: int) -> Path:
+def write_summary(out: Path, methods: list[str], num_prompts: int,
+                  baseline: str | None = None) -> Path:
+    """``paired.md``; ``methods`` in start order, ``baseline`` default the first."""
     rows = read_jsonl(out / "paired.jsonl") if (out / "paired.jsonl").exists() else []
+    ordered = baseline_first(methods, baseline)
     path = out / "paired.md"
-    path.write_text(report(summarize(rows, methods, num_prompts), methods[0], out.name))
+    path.write_text(report(summarize(rows, ordered, num_prompts), ordered[0], out.name,
+                           started=methods))
     return path
 
 
@@ -236,11 +256,17 @@ def main() -> None:
     parser.add_argument("--switch-warmup-tokens", type=int, default=4,
                         help="after switching engines, generate this many tokens for a "
                              "short prompt outside the set, untimed (0: off)")
+    parser.add_argument("--baseline", help="the method the others are compared with "
+                        "(default: the first of --methods, which also starts first)")
     parser.add_argument("--summary-only", action="store_true")
     args = parser.parse_args()
 
     methods = args.methods.split(",")
     ks = parse_ks(args.k)
+    try:
+        baseline_first(methods, args.baseline)
+    except ValueError as error:
+        sys.exit(str(error))
     if len(set(methods)) != len(methods):
         sys.exit("--methods: each engine once (a second engine of one method: NAME#2)")
     if len(ks) != 1:
@@ -254,7 +280,7 @@ def main() -> None:
     batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
     temperature = float(args.temperature)
     if args.summary_only:
-        print(write_summary(out, methods, len(conversations)))
+        print(write_summary(out, methods, len(conversations), args.baseline))
         return
 
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "0-1")
@@ -310,11 +336,11 @@ def main() -> None:
                             **{k: after[k] - before[k] for k in after}})
                 print(f"b={size} round {round_index + 1}/{args.rounds} done "
                       f"({time.strftime('%H:%M:%S')})", file=sys.stderr, flush=True)
-                write_summary(out, methods, len(conversations))
+                write_summary(out, methods, len(conversations), args.baseline)
     finally:
         for llm in engines.values():
             stop_llm(llm)
-    print(write_summary(out, methods, len(conversations)))
+    print(write_summary(out, methods, len(conversations), args.baseline))
 
 
 if __name__ == "__main__":

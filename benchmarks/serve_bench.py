@@ -317,6 +317,8 @@ def main() -> None:
                         help="interleaved: every method's server up at once, this many "
                              "rounds of every concurrency against each in turn (one --k; "
                              "NAME#2 is a second server of NAME); serve_paired.md")
+    parser.add_argument("--baseline", help="--rounds: the method the others are compared "
+                        "with (default: the first of --methods, which also starts first)")
     args = parser.parse_args()
     # a SIGTERM unwinds like Ctrl-C, so the server's process group is stopped
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -340,6 +342,10 @@ def main() -> None:
     try:
         if args.rounds and len(parse_ks(args.k)) != 1:
             raise ValueError("--rounds: one --k (the servers are started once)")
+        if args.rounds:
+            import paired
+
+            paired.baseline_first(methods, args.baseline)
         if args.rounds and len(set(methods)) != len(methods):
             raise ValueError("--methods: each server once (a second one of NAME: NAME#2)")
         # --rounds: names are checked here, the cells are planned per round
@@ -482,11 +488,11 @@ def run_interleaved(args, methods, spec_of, concurrencies, temperatures, cell: C
                                  f"{method.replace('#', '_')}_c{concurrency}_t{temperature}"
                                  f"_r{round_index}.json",
                                  round=round_index, position=position)
-            write_served_summary(out, methods)
+            write_served_summary(out, methods, args.baseline)
     finally:
         for server in servers.values():
             server.stop()
-    print(write_served_summary(out, methods), file=sys.stderr)
+    print(write_served_summary(out, methods, args.baseline), file=sys.stderr)
 
 
 def served_rows_as_batches(rows: list[dict]) -> list[dict]:
@@ -504,15 +510,17 @@ def served_rows_as_batches(rows: list[dict]) -> list[dict]:
             for r in rows if "round" in r]
 
 
-def write_served_summary(out: Path, methods: list[str]) -> Path:
+def write_served_summary(out: Path, methods: list[str], baseline: str | None = None) -> Path:
+    """``serve_paired.md``; ``methods`` in start order, ``baseline`` default the first."""
     import paired
     from report import read_jsonl
 
     rows = served_rows_as_batches(read_jsonl(out / "serve_cells.jsonl"))
+    ordered = paired.baseline_first(methods, baseline)
     # one "batch" per round and concurrency: 1 prompt in batches of the concurrency
-    summary = paired.summarize(rows, methods, num_prompts=1)
+    summary = paired.summarize(rows, ordered, num_prompts=1)
     path = out / "serve_paired.md"
-    path.write_text(paired.report(summary, methods[0], out.name)
+    path.write_text(paired.report(summary, ordered[0], out.name, started=methods)
                     .replace("| batch |", "| concurrency |", 1))
     return path
 

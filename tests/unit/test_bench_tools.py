@@ -423,3 +423,9 @@ def test_served_interleaved_rows_summarised_per_round(tmp_path):
     # cost ran second in round 0 (1.25) and first in round 1 (1.0)
     assert line.endswith("| 1.000 / 1.250 |")
     assert "| concurrency |" in text
+    # started cost first, compared with no_spec all the same
+    text = serve_bench.write_served_summary(tmp_path, ["cost", "no_spec"], "no_spec").read_text()
+    assert "started in the order cost, no_spec" in text
+    assert next(li for li in text.splitlines() if "| cost |" in li) == line
+    with pytest.raises(ValueError, match="--baseline 'other'"):
+        paired.baseline_first(["cost", "no_spec"], "other")
