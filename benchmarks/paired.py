@@ -116,15 +116,25 @@ def method_name(engine: str) -> str:
 def baseline_first(methods: list[str], baseline: str | None) -> list[str]:
     """The summary's order: ``baseline`` (default the first engine) first.
 
-    Engines start in ``--methods`` order, and in the A/A run the one started
-    second ran 3% slower at batch 4 (``issue6_paired/aa``), so a method is
-    measured started both before and after its baseline.
+    Engines start in ``--methods`` order. Whether the start order matters is
+    not settled here (A/A at batch 4: the engine started second at 0.970
+    [0.902, 1.038], ``issue6_paired/aa``), so a method is measured started
+    both before and after its baseline.
     """
     if baseline is None:
         return list(methods)
     if baseline not in methods:
         raise ValueError(f"--baseline {baseline!r}: not in --methods ({', '.join(methods)})")
     return [baseline] + [m for m in methods if m != baseline]
+
+
+def check_engines(methods: list[str], ks: list[int], baseline: str | None) -> None:
+    """What interleaved runs need: each engine once, one k, a baseline among them."""
+    if len(set(methods)) != len(methods):
+        raise ValueError("--methods: each engine once (a second engine of one method: NAME#2)")
+    if len(ks) != 1:
+        raise ValueError(f"--k: one length (the engines are started once); got {ks}")
+    baseline_first(methods, baseline)
 
 
 def engine_order(methods: list[str], round_index: int, batch_index: int) -> list[str]:
@@ -208,10 +218,11 @@ def report(summary: list[dict], baseline: str, title: str,
            started: list[str] | None = None) -> str:
     lines = [f"# Interleaved paired runs against `{baseline}` ({title})", "",
              *([f"Engines started in the order {', '.join(started)}.", ""] if started else []),
-             "Every engine alive in one process; each batch of prompts runs on every "
-             "engine back to back, the first engine rotating. A round is the whole "
-             "prompt set at one batch size. Ratio: method tok/s over the baseline's in "
-             "the same round; mean and 95% t-interval over rounds.", "",
+             "Every engine alive at once (offline: in one process; served: one server "
+             "each); each batch of prompts (served: each client run) goes to every engine "
+             "back to back, the first engine rotating. A round is the whole prompt set at "
+             "one size. Ratio: method tok/s over the baseline's in the same round; mean "
+             "and 95% t-interval over rounds.", "",
              "| batch | method | rounds | tok/s per round | ratio per round | "
              "mean ratio [95% t-interval] | target passes/tok | draft fwd/tok | "
              "drafted steps | catch-up tokens | requests equal to baseline | "
@@ -264,13 +275,9 @@ def main() -> None:
     methods = args.methods.split(",")
     ks = parse_ks(args.k)
     try:
-        baseline_first(methods, args.baseline)
+        check_engines(methods, ks, args.baseline)
     except ValueError as error:
         sys.exit(str(error))
-    if len(set(methods)) != len(methods):
-        sys.exit("--methods: each engine once (a second engine of one method: NAME#2)")
-    if len(ks) != 1:
-        sys.exit("--k: one length (the engines are started once)")
     if args.spec:
         sys.exit("--spec: not supported here; use run_bench.py")
     out = Path(args.out)

@@ -64,7 +64,7 @@ from pathlib import Path
 from bench_common import (add_common_args, append_row, cell_key, done_keys, load_prompts,
                           parse_floats, parse_ks, parse_spec_options, plan_cells,
                           run_context, trace_path, write_context)
-from paired import method_name
+from paired import check_engines, method_name
 
 STARTUP_TIMEOUT_S = 900
 
@@ -340,14 +340,8 @@ def main() -> None:
     concurrencies = parse_ks(args.concurrency)
     temperatures = parse_floats(args.temperature)
     try:
-        if args.rounds and len(parse_ks(args.k)) != 1:
-            raise ValueError("--rounds: one --k (the servers are started once)")
         if args.rounds:
-            import paired
-
-            paired.baseline_first(methods, args.baseline)
-        if args.rounds and len(set(methods)) != len(methods):
-            raise ValueError("--methods: each server once (a second one of NAME: NAME#2)")
+            check_engines(methods, parse_ks(args.k), args.baseline)
         # --rounds: names are checked here, the cells are planned per round
         plan = plan_cells(list({method_name(m): None for m in methods}) if args.rounds
                           else methods, parse_ks(args.k), concurrencies, temperatures,

@@ -428,4 +428,8 @@ def test_served_interleaved_rows_summarised_per_round(tmp_path):
     assert "started in the order cost, no_spec" in text
     assert next(li for li in text.splitlines() if "| cost |" in li) == line
     with pytest.raises(ValueError, match="--baseline 'other'"):
-        paired.baseline_first(["cost", "no_spec"], "other")
+        paired.check_engines(["cost", "no_spec"], [8], "other")
+    with pytest.raises(ValueError, match="--k: one length"):
+        paired.check_engines(["cost", "no_spec"], [2, 4], None)
+    with pytest.raises(ValueError, match="NAME#2"):
+        paired.check_engines(["no_spec", "no_spec"], [8], None)
