@@ -12,7 +12,9 @@ whether a method is within a few percent of its baseline. Here one process
 starts one engine per method (each its own vLLM engine-core process, as
 ``LLM`` does) and, for each batch of prompts, runs that batch on every
 engine back to back, rotating which engine goes first. Drift slower than
-one batch (15-40 s at batch 4-16 on the real pair) cancels in the ratio.
+one batch (10-40 s at batch 4-16 on the real pair) cancels in the ratio;
+faster noise does not (back-to-back batches at batch 4 differ by 7% here,
+``issue6_paired``) and only averages out over rounds.
 
 A round is the whole prompt set at one batch size, every engine. Per round
 and method: tokens/s (its batches' tokens over their wall time); the summary
