@@ -54,6 +54,7 @@ import statistics
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Iterable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -130,8 +131,14 @@ def baseline_first(methods: list[str], baseline: str | None) -> list[str]:
     return [baseline] + [m for m in methods if m != baseline]
 
 
-def check_engines(methods: list[str], ks: list[int], baseline: str | None) -> None:
-    """What interleaved runs need: each engine once, one k, a baseline among them."""
+def check_engines(methods: list[str], ks: list[int], baseline: str | None,
+                  known: Iterable[str]) -> None:
+    """What interleaved runs need: known methods (``NAME#2`` counts as NAME),
+    each engine once, one k, a baseline among them."""
+    known = list(known)
+    for method in methods:
+        if method_name(method) not in known:
+            raise ValueError(f"--methods: unknown {method!r}; allowed: {', '.join(known)}")
     if len(set(methods)) != len(methods):
         raise ValueError("--methods: each engine once (a second engine of one method: NAME#2)")
     if len(ks) != 1:
@@ -145,6 +152,11 @@ def engine_order(methods: list[str], round_index: int, batch_index: int) -> list
     return methods[shift:] + methods[:shift]
 
 
+def num_batches(num_prompts: int, size: int) -> int:
+    """Batches of at most ``size`` prompts (the last one may be shorter)."""
+    return -(-num_prompts // size)
+
+
 def complete_rounds(rows: list[dict], methods: list[str],
                     num_prompts: int) -> dict[int, set[int]]:
     """batch size -> rounds with a row for every (batch, method)."""
@@ -153,7 +165,7 @@ def complete_rounds(rows: list[dict], methods: list[str],
         seen[(row["batch_size"], row["round"])].add((row["batch"], row["method"]))
     done: dict[int, set[int]] = defaultdict(set)
     for (size, round_index), pairs in seen.items():
-        if {(b, m) for b in range(-(-num_prompts // size)) for m in methods} <= pairs:
+        if {(b, m) for b in range(num_batches(num_prompts, size)) for m in methods} <= pairs:
             done[size].add(round_index)
     return done
 
@@ -186,7 +198,7 @@ def summarize(rows: list[dict], methods: list[str], num_prompts: int) -> list[di
             same = total = 0
             by_order: dict[bool, list[float]] = {True: [], False: []}
             for r in rounds:
-                for b in range(-(-num_prompts // size)):
+                for b in range(num_batches(num_prompts, size)):
                     mine, theirs = by_batch[(size, r, b, method)], by_batch[(size, r, b, baseline)]
                     if mine.get("token_ids") is not None and theirs.get("token_ids") is not None:
                         total += len(mine["token_ids"])
@@ -274,10 +286,12 @@ def main() -> None:
     parser.add_argument("--summary-only", action="store_true")
     args = parser.parse_args()
 
+    from vllm_gammatune.evaluation import METHODS  # no vLLM import
+
     methods = args.methods.split(",")
     ks = parse_ks(args.k)
     try:
-        check_engines(methods, ks, args.baseline)
+        check_engines(methods, ks, args.baseline, METHODS)
     except ValueError as error:
         sys.exit(str(error))
     if args.spec:
@@ -296,12 +310,9 @@ def main() -> None:
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
     from vllm import SamplingParams
 
-    from vllm_gammatune.evaluation import METHODS, _generate, start_llm, stop_llm
+    from vllm_gammatune.evaluation import _generate, start_llm, stop_llm
     from vllm_gammatune.model_prep import prepare_pair
 
-    unknown = [m for m in methods if method_name(m) not in METHODS]
-    if unknown:
-        sys.exit(f"--methods: unknown {unknown}; allowed: {', '.join(METHODS)}")
     target, draft = prepare_pair(target_path=args.target, draft_path=args.draft)
     write_context(out, run_context(args, target, draft))
     results = out / "paired.jsonl"

@@ -233,8 +233,9 @@ class PeakRss:
 class Server:
     """A ``vllm-gammatune serve`` process group, logged to a file."""
 
-    def __init__(self, command: list[str], env: dict, log: Path):
+    def __init__(self, command: list[str], env: dict, log: Path, port: int):
         self.log = log
+        self.port, self.base = port, f"http://127.0.0.1:{port}"
         with log.open("w") as log_file:
             log_file.write(" ".join(command) + "\n")
             log_file.flush()
@@ -339,14 +340,14 @@ def main() -> None:
     num_prompts = args.num_prompts or len(prompts)
     concurrencies = parse_ks(args.concurrency)
     temperatures = parse_floats(args.temperature)
+    from vllm_gammatune.evaluation import METHODS
+
     try:
-        if args.rounds:
-            check_engines(methods, parse_ks(args.k), args.baseline)
-        # --rounds: names are checked here, the cells are planned per round
-        plan = plan_cells(list({method_name(m): None for m in methods}) if args.rounds
-                          else methods, parse_ks(args.k), concurrencies, temperatures,
-                          custom, set() if args.rounds else done_keys(results),
-                          size_name="c")
+        if args.rounds:  # the cells are planned per round (run_interleaved)
+            check_engines(methods, parse_ks(args.k), args.baseline, [*METHODS, *custom])
+        else:
+            plan = plan_cells(methods, parse_ks(args.k), concurrencies, temperatures, custom,
+                              done_keys(results), size_name="c")
     except ValueError as error:
         sys.exit(str(error))
     env = server_env(args)
@@ -356,8 +357,6 @@ def main() -> None:
     context["prompts"] = {"count": len(prompts), "requests_per_cell": num_prompts,
                           "categories": sorted({c for c, _ in prompts})}
     write_context(out, context)
-
-    from vllm_gammatune.evaluation import METHODS
 
     def spec_of(method: str, k: int) -> dict | None:
         name = method_name(method)
@@ -397,8 +396,7 @@ def start_server(args, target: str, spec: dict | None, env: dict, out: Path,
         server_env_["VLLM_GAMMATUNE_TRACE"] = str(trace_path(out, slug))
     port = free_port()
     server = Server(serve_command(args, target, spec, port), server_env_,
-                    out / "logs" / f"{slug}.log")
-    server.port, server.base = port, f"http://127.0.0.1:{port}"
+                    out / "logs" / f"{slug}.log", port)
     try:
         server.wait_healthy(server.base)
         # warm-up outside the measured span (the first request compiles/allocates)

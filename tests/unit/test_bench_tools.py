@@ -427,9 +427,13 @@ def test_served_interleaved_rows_summarised_per_round(tmp_path):
     text = serve_bench.write_served_summary(tmp_path, ["cost", "no_spec"], "no_spec").read_text()
     assert "started in the order cost, no_spec" in text
     assert next(li for li in text.splitlines() if "| cost |" in li) == line
+    known = ["cost", "no_spec"]
+    paired.check_engines(["no_spec", "no_spec#2", "cost"], [8], "no_spec", known)
     with pytest.raises(ValueError, match="--baseline 'other'"):
-        paired.check_engines(["cost", "no_spec"], [8], "other")
+        paired.check_engines(["cost", "no_spec"], [8], "other", known)
     with pytest.raises(ValueError, match="--k: one length"):
-        paired.check_engines(["cost", "no_spec"], [2, 4], None)
+        paired.check_engines(["cost", "no_spec"], [2, 4], None, known)
     with pytest.raises(ValueError, match="NAME#2"):
-        paired.check_engines(["no_spec", "no_spec"], [8], None)
+        paired.check_engines(["no_spec", "no_spec"], [8], None, known)
+    with pytest.raises(ValueError, match="unknown 'nope#2'; allowed: cost, no_spec"):
+        paired.check_engines(["no_spec", "nope#2"], [8], None, known)
