@@ -272,6 +272,74 @@ def write_summary(out: Path, methods: list[str], num_prompts: int,
     return path
 
 
+def pool(runs: list[tuple[str, str, list[dict]]]) -> list[dict]:
+    """Per (batch size, method): the per-round ratios of several runs, pooled.
+
+    ``runs``: (name, baseline, ``summarize`` output) per run, e.g. the same
+    pair started in both orders. Each round is one paired observation, so the
+    rounds of all runs pool into one mean and t-interval; beside it the same
+    without each run's first round (its lowest-numbered complete round: the
+    engines' first use of the batch shapes and, for learning methods, the
+    round that learns).
+    """
+    baselines = {baseline for _, baseline, _ in runs}
+    if len(baselines) != 1:
+        raise ValueError("--pool: the runs have different baselines "
+                         f"({', '.join(sorted(baselines))}); pool runs of one baseline")
+    (baseline,) = baselines
+    grouped: dict[tuple[int, str], list[tuple[str, list[float]]]] = defaultdict(list)
+    for name, _, summary in runs:
+        for row in summary:
+            if row["method"] != baseline and row["ratios"]:
+                grouped[(row["batch_size"], method_name(row["method"]))].append(
+                    (name, row["ratios"]))
+    pooled = []
+    for (size, method), per_run in sorted(grouped.items()):
+        ratios = [r for _, rs in per_run for r in rs]
+        later = [r for _, rs in per_run for r in rs[1:]]
+        pooled.append({
+            "batch_size": size, "method": method, "baseline": baseline,
+            "runs": [(name, len(rs), statistics.mean(rs)) for name, rs in per_run],
+            "rounds": len(ratios), "ratio": ratio_interval(ratios),
+            "rounds_after_first": len(later),
+            "ratio_after_first": ratio_interval(later) if later else None})
+    return pooled
+
+
+def pool_report(pooled: list[dict]) -> str:
+    def interval(value) -> str:
+        if value is None:
+            return "-"
+        mean, low, high = value
+        return fmt(mean, 3) + ("" if low is None else f" [{low:.3f}, {high:.3f}]")
+
+    baseline = pooled[0]["baseline"] if pooled else "-"
+    lines = [f"# Paired runs pooled, against `{baseline}`", "",
+             "Every round of every run is one paired observation (method tok/s over "
+             "the baseline's in the same round); mean and 95% t-interval over all "
+             "of them, and without each run's first round.", "",
+             "| batch | method | runs (rounds, mean ratio) | rounds | pooled ratio "
+             "[95% t-interval] | rounds after the first | pooled without first rounds |",
+             "|---|---|---|---|---|---|---|"]
+    for row in pooled:
+        runs = "; ".join(f"{name} ({n}, {mean:.3f})" for name, n, mean in row["runs"])
+        lines.append(f"| {row['batch_size']} | {row['method']} | {runs} | {row['rounds']} | "
+                     f"{interval(row['ratio'])} | {row['rounds_after_first']} | "
+                     f"{interval(row['ratio_after_first'])} |")
+    return "\n".join(lines + [""])
+
+
+def read_run(directory: Path) -> tuple[str, str, list[dict]]:
+    """A finished (or partial) ``paired.py`` run from its ``context.json`` and rows."""
+    args = json.loads((directory / "context.json").read_text())["args"]
+    methods = args["methods"].split(",")
+    ordered = baseline_first(methods, args.get("baseline"))
+    num_prompts = len(load_prompts(args["dataset"], args["per_category"], args["split"],
+                                   args["limit"]))  # the run's prompt set
+    rows = read_jsonl(directory / "paired.jsonl")
+    return directory.name, ordered[0], summarize(rows, ordered, num_prompts)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_common_args(parser, methods_default="no_spec,gammatune_cost", k_default="8")
@@ -284,7 +352,21 @@ def main() -> None:
     parser.add_argument("--baseline", help="the method the others are compared with "
                         "(default: the first of --methods, which also starts first)")
     parser.add_argument("--summary-only", action="store_true")
+    parser.add_argument("--pool", metavar="DIR,DIR",
+                        help="pool the per-round ratios of these runs (e.g. both start "
+                             "orders) into <out>/pooled.md; nothing runs")
     args = parser.parse_args()
+
+    if args.pool:
+        try:
+            pooled = pool([read_run(Path(d)) for d in args.pool.split(",")])
+        except (ValueError, FileNotFoundError) as error:
+            sys.exit(str(error))
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        path = Path(args.out) / "pooled.md"
+        path.write_text(pool_report(pooled))
+        print(path)
+        return
 
     from vllm_gammatune.evaluation import METHODS  # no vLLM import
 

@@ -296,6 +296,7 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
                 num_scheduled_tokens=cad.num_actual_tokens,
                 catch_up_tokens=tuple(self.draft_kv_holes.catch_up_tokens(r, s)
                                       for r, s in zip(req_ids, step_starts)),
+                has_prefill=not decode_only,
             )
         step = self._plan(req_ids, batch, num_speculative_tokens)
         self.policy_seconds += time.perf_counter() - start

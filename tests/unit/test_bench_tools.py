@@ -437,3 +437,24 @@ def test_served_interleaved_rows_summarised_per_round(tmp_path):
         paired.check_engines(["no_spec", "no_spec"], [8], None, known)
     with pytest.raises(ValueError, match="unknown 'nope#2'; allowed: cost, no_spec"):
         paired.check_engines(["no_spec", "nope#2"], [8], None, known)
+
+
+def test_paired_pool_joins_rounds_of_both_start_orders_and_drops_first_rounds():
+    def summary(*ratios):
+        return [{"batch_size": 4, "method": "no_spec", "ratios": [1.0] * len(ratios)},
+                {"batch_size": 4, "method": "cost", "ratios": list(ratios)}]
+
+    pooled = paired.pool([("fwd", "no_spec", summary(0.8, 1.0, 1.1)),
+                          ("rev", "no_spec", summary(0.9, 1.1, 0.9))])
+    (row,) = pooled
+    assert (row["batch_size"], row["method"], row["rounds"]) == (4, "cost", 6)
+    mean, low, high = row["ratio"]  # 5.8 / 6
+    assert mean == pytest.approx(0.9667, abs=1e-4) and low < mean < high
+    # without 0.8 and 0.9 (each run's first round): 1.0, 1.1, 1.1, 0.9
+    assert row["rounds_after_first"] == 4
+    assert row["ratio_after_first"][0] == pytest.approx(1.025)
+    assert [(name, n) for name, n, _ in row["runs"]] == [("fwd", 3), ("rev", 3)]
+    text = paired.pool_report(pooled)
+    assert "| 4 | cost | fwd (3, 0.967); rev (3, 0.967) | 6 | 0.967 [" in text
+    with pytest.raises(ValueError, match="different baselines \\(gammatune, no_spec\\)"):
+        paired.pool([("a", "no_spec", summary(1.0)), ("b", "gammatune", summary(1.0))])

@@ -134,6 +134,24 @@ def test_joint_plan_matches_brute_force(seed):
     assert ratio_of(p, states, batch, got) == pytest.approx(want_ratio, rel=1e-6), (got, want)
 
 
+def test_prefill_step_drafts_only_if_the_last_decode_step_did():
+    p = policy()  # CPU costs: drafting pays at batch 1, not at 16
+    busy = trained_states(p, 16, drafted=4, accepted=3)
+    new = trained_states(p, 1, drafted=4, accepted=3)  # a request's prompt chunk
+    prompt_step = BatchView(1, 3, has_prefill=True)  # a short chunk: cheap to draft
+    # the same request planned as a decode step would draft
+    assert max(p.best_plan(new, BatchView(1, 1))) > 0
+    assert p.plan_batch(busy, BatchView(16, 16)) == [0] * 16  # decode steps skip
+    # so the draft's prefill waits for the request's first decode step, probes too
+    new[0].steps_since_draft = 100
+    assert p.plan_batch(new, prompt_step) == [0]
+    # a decode step of the new batch decides (and drafts), prefill steps follow it
+    assert max(p.plan_batch(new, BatchView(1, 1))) > 0
+    assert max(p.plan_batch(new, prompt_step)) > 0
+    # prefill steps leave the decode steps' record alone
+    assert max(p.plan_batch(new, prompt_step)) > 0
+
+
 def test_catch_up_cost_makes_a_lagging_request_wait():
     p = policy(target=GPU_TARGET, draft=FixedLinearCost(0.004, 0.001))
     states = trained_states(p, 2, drafted=4, accepted=4)

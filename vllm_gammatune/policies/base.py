@@ -33,6 +33,9 @@ class BatchView:
     #: per request, draft positions missed while drafting was skipped, which
     #: the draft must process before that request drafts again; () = none
     catch_up_tokens: tuple[int, ...] = ()
+    #: some request's query this step is a prompt chunk (longer than any
+    #: decode query), so a draft pass would also prefill the draft
+    has_prefill: bool = False
 
 
 class DraftLengthPolicy(ABC):

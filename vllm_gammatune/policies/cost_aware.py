@@ -183,6 +183,9 @@ class CostAwarePolicy(DraftLengthPolicy):
         # engine-wide decayed counts (the prior of new requests)
         self._accepted = 1.0
         self._rejections = 1.0
+        #: whether the last decode step drafted for its own sake (not probes);
+        #: a step with a prompt chunk drafts only if so (``plan_batch``)
+        self._decode_steps_draft = True
 
     # -- step costs, fed by the proposer ------------------------------------
     def observe_target_step(self, num_scheduled_tokens: int, seconds: float,
@@ -257,7 +260,11 @@ class CostAwarePolicy(DraftLengthPolicy):
             self._advance_probing(states, plan, [False] * len(states))
             return plan
         rates = [self.acceptance_rate(s) for s in states]
-        plan = self.best_plan(states, batch, rates=rates)
+        deferred = batch.has_prefill and not self._decode_steps_draft
+        # [batch] lengths; a deferred prefill step drafts nothing, not even probes
+        plan = [0] * len(states) if deferred else self.best_plan(states, batch, rates=rates)
+        if not batch.has_prefill:
+            self._decode_steps_draft = max(plan, default=0) > 0
         # A probe is worth its draft pass only if some acceptance could make
         # drafting pay at this batch and these costs: if even a draft that is
         # always right would not, no probe can change the decision. (Searched
@@ -266,10 +273,10 @@ class CostAwarePolicy(DraftLengthPolicy):
         # A probe in a step that drafts anyway shares its passes; one that
         # makes the step draft must also fit the engine-wide budget, its own
         # predicted loss included.
-        may_probe = max(plan) > 0 or (
+        may_probe = not deferred and (max(plan) > 0 or (
             any(self._probe_due(s, k) for s, k in zip(states, plan))
             and max(self.best_plan(states, batch, rates=[_MAX_RATE] * len(states),
-                                   drafting_scale=1.0)) > 0)
+                                   drafting_scale=1.0)) > 0))
         probes = self._probe_mask(states, plan, may_probe)
         probed = [1 if probe else k for probe, k in zip(probes, plan)]
         tokens, seconds = self.predicted_step(rates, batch, probed)
