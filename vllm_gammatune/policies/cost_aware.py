@@ -64,6 +64,22 @@ slower than no speculation should not draft on a predicted gain smaller
 than its own error. Probes are not held to the margin (they are rationed by
 the probe budget).
 
+Prompt chunks: a step where some request's query is a prompt chunk
+(``BatchView.has_prefill``) drafts only if the last decode step drafted for
+its own sake (probes do not count); otherwise it plans 0 for every request,
+probes included. A draft pass at such a step also prefills the draft over
+the whole chunk, which the decode-step fit prices far too low (a pass over
+741 prompt tokens priced like one over a few), and the batch the request
+will decode in is not yet known: ``LLM.generate`` hands a batch's requests
+to the engine one at a time, so its first step often holds only the first
+one, at batch 1, where drafting pays, while the batch then decodes at 4,
+where it does not. On the 2-core CPU 56 of 72 batches of 4 drafted just
+that once and ran at 0.965 of no speculation, the 6 that never drafted at
+1.015 (README). Deferred, the draft's prefill is run
+as a catch-up by the request's first draft, if it ever drafts, and is
+charged to it there. Where decode steps draft (batch 1), prompt chunks draft
+as before.
+
 Checking the model against the clock: every plan's predicted tokens and
 seconds are compared with what the step then measured (``cycle_check``), per
 batch size, for steps that drafted and steps that did not; a drafted plan's
