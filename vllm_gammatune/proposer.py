@@ -48,6 +48,7 @@ from vllm_gammatune.config import plugin_section, settings_from_additional_confi
 from vllm_gammatune.draft_kv import DraftKVHoles, run_catch_up
 from vllm_gammatune.metrics import StepCounters
 from vllm_gammatune.policies import AdaSDPolicy, BatchView, CostAwarePolicy
+from vllm_gammatune.policies.cost_aware import CATCH_UP_HORIZON_TOKENS
 from vllm_gammatune.state import RequestStateTable
 from vllm_gammatune.stats import entropy_bits
 
@@ -291,12 +292,15 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
             self._last_plan_time = now
             if decode_only:
                 self._time_target_step(cad.num_actual_tokens, len(req_ids), now)
+            catch_up_tokens = tuple(self.draft_kv_holes.catch_up_tokens(r, s)
+                                    for r, s in zip(req_ids, step_starts))
             batch = BatchView(
                 batch_size=len(req_ids),
                 num_scheduled_tokens=cad.num_actual_tokens,
-                catch_up_tokens=tuple(self.draft_kv_holes.catch_up_tokens(r, s)
-                                      for r, s in zip(req_ids, step_starts)),
+                catch_up_tokens=catch_up_tokens,
                 has_prefill=not decode_only,
+                remaining_tokens=self._remaining_tokens(req_ids) if any(catch_up_tokens)
+                else (),
             )
         step = self._plan(req_ids, batch, num_speculative_tokens)
         self.policy_seconds += time.perf_counter() - start
@@ -355,6 +359,17 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
         # [num_reqs]
         plan = torch.tensor(planned, dtype=torch.int64, device=self.device)
         return group.broadcast(plan, src=0).tolist()
+
+    def _remaining_tokens(self, req_ids: list[str]) -> tuple[int, ...]:
+        """Per request, ``max_tokens`` minus the tokens it has generated (the
+        horizon a catch-up is spread over; ``CostAwarePolicy.catch_up_share``)."""
+        remaining = []
+        for req_id in req_ids:
+            state = self._runner.requests.get(req_id)
+            max_tokens = getattr(getattr(state, "sampling_params", None), "max_tokens", None)
+            remaining.append(CATCH_UP_HORIZON_TOKENS if max_tokens is None
+                             else max(0, max_tokens - len(state.output_token_ids)))
+        return tuple(remaining)
 
     @staticmethod
     def _step_starts(common_attn_metadata) -> tuple[list[int], int]:

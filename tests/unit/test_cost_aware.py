@@ -160,6 +160,23 @@ def test_catch_up_cost_makes_a_lagging_request_wait():
     assert fresh[1] > 0 and lagging[1] == 0 and lagging[0] > 0
 
 
+def test_catch_up_is_spread_over_the_requests_remaining_tokens():
+    p = policy(target=GPU_TARGET, draft=FixedLinearCost(0.004, 0.001))
+    states = trained_states(p, 2, drafted=4, accepted=3)  # rate 0.75
+    # 256 tokens left at most 4 a step: 64 steps, a 64th of the catch-up now
+    assert p.catch_up_share(0.75, 256) == pytest.approx(1 / 64)
+    assert p.catch_up_share(0.75, 10_000) == p.catch_up_share(0.75, 256)  # the horizon
+    assert p.catch_up_share(0.75, 2) == 1.0 == p.catch_up_share(0.75, None)
+
+    def plan(remaining):
+        return p.best_plan(states, BatchView(2, 2, catch_up_tokens=(0, 100),
+                                             remaining_tokens=remaining))
+
+    assert max(p.best_plan(states, BatchView(2, 2))) > 0  # drafting pays, no catch-up
+    assert plan(())[1] == 0 and plan((2, 2))[1] == 0  # all of it now: waits
+    assert plan((256, 256))[1] > 0  # a long way to go: catches up and drafts
+
+
 def test_drafts_only_on_a_predicted_gain_above_the_margin():
     """A step drafts for its own sake only if the model predicts at least
     min_draft_gain more tokens per second than not drafting."""

@@ -36,6 +36,9 @@ class BatchView:
     #: some request's query this step is a prompt chunk (longer than any
     #: decode query), so a draft pass would also prefill the draft
     has_prefill: bool = False
+    #: per request, tokens it may still generate (``max_tokens`` minus those
+    #: generated); () = unknown
+    remaining_tokens: tuple[int, ...] = ()
 
 
 class DraftLengthPolicy(ABC):

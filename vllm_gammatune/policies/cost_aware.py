@@ -103,6 +103,9 @@ _MIN_RATE, _MAX_RATE = 0.01, 0.99
 _DINKELBACH_ITERATIONS = 8
 #: weight kept by the probe budget's sums per step (a window of ~200 steps)
 _BUDGET_MEMORY = 0.995
+#: a catch-up is spread over at most this many of a request's remaining
+#: tokens (a request without ``max_tokens`` may stop at any EOS)
+CATCH_UP_HORIZON_TOKENS = 256
 
 
 @dataclass(frozen=True)
@@ -365,6 +368,13 @@ class CostAwarePolicy(DraftLengthPolicy):
             drafting_scale = (1.0 if self.cycle_check is None
                               else self.cycle_check.drafting_scale(num_reqs))
         catch_up = list(batch.catch_up_tokens) or [0] * num_reqs
+        # a catch-up is paid once and serves every later draft of its request:
+        # the plan weighs each request's share of it (``catch_up_share``)
+        shares = [self.catch_up_share(rate, remaining) for rate, remaining in
+                  zip(rates, batch.remaining_tokens or [None] * num_reqs)]
+        catch_up = [missed * share for missed, share in zip(catch_up, shares)]
+        catch_up_base_share = max((share for share, missed in zip(shares, catch_up)
+                                   if missed), default=1.0)
         costs = self._step_costs(batch, num_reqs)
         target_now = costs.target_now
         skip_ratio = best_ratio = num_reqs / target_now if target_now > 0 else math.inf
@@ -374,7 +384,7 @@ class CostAwarePolicy(DraftLengthPolicy):
         # a drafted plan's tokens per second times the scale = its cost over it
         inflate = 1.0 / drafting_scale
         per_token = costs.per_token * inflate
-        c_base = costs.catch_up_base * inflate
+        c_base = costs.catch_up_base * catch_up_base_share * inflate
         c_slope = costs.catch_up_per_token * inflate
         for cap in range(1, self.max_num_draft_tokens + 1):
             fixed = (target_now + costs.first_pass + (cap - 1) * costs.later_pass) * inflate
@@ -394,6 +404,23 @@ class CostAwarePolicy(DraftLengthPolicy):
         if best_ratio < skip_ratio * (1.0 + self.min_draft_gain):
             return [0] * num_reqs
         return best
+
+    @staticmethod
+    def catch_up_share(rate: float, remaining_tokens: int | None) -> float:
+        """The share of a request's catch-up its plan is charged now.
+
+        The draft's pass over the positions a request missed is paid once and
+        serves all its later drafts, so a plan weighs it spread over the steps
+        the request has left: at most ``remaining_tokens`` (capped at
+        ``CATCH_UP_HORIZON_TOKENS``) times ``1 - rate``, since a draft with
+        acceptance rate ``a`` emits at most ``1 / (1 - a)`` tokens a step
+        (the fewest steps: the largest share). Unknown remaining tokens: all
+        of it now.
+        """
+        if remaining_tokens is None:
+            return 1.0
+        steps = min(remaining_tokens, CATCH_UP_HORIZON_TOKENS) * (1.0 - rate)
+        return 1.0 / max(1.0, steps)
 
     @staticmethod
     def _lengths_at(ratio, rates, catch_up, cap, per_token, catch_up_per_token):
