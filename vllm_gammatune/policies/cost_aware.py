@@ -9,7 +9,8 @@ maximise expected tokens per second:
 
     value(k) = sum_r E_r(k_r),  E_r(k) = (1 - a_r^(k+1)) / (1 - a_r)
     cost(k)  = t_target(B + D) + [K > 0] * (t_draft(N + B) + (K - 1) * t_draft(B)
-               + t_catch_up(sum of the drafting requests' missed positions))
+               + t_catch_up(sum of the drafting requests' missed positions,
+                            each times its share ``catch_up_share``))
 
 with ``B`` requests, ``D = sum_r k_r`` draft tokens, ``K = max_r k_r``, ``N``
 the tokens the target processed this step (the draft's first pass runs over
@@ -19,7 +20,8 @@ with the request's own per-token acceptance rate ``a_r``. When every ``k_r``
 is 0 the proposer skips the draft model for the step altogether, so the step
 costs what a step without speculation costs; a request that later drafts
 again first runs the draft over the positions it missed (its catch-up tokens,
-charged to it here).
+charged to it here: the share of them its remaining steps leave to this one,
+``catch_up_share``).
 
 The joint choice is exact for each cap ``K``: with a linear target cost, the
 ratio is maximised by Dinkelbach's iteration, where for a given ratio lambda
