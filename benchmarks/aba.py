@@ -63,6 +63,14 @@ def ratio_interval(ratios: list[float]) -> tuple[float, float | None, float | No
     return mean, mean - half, mean + half
 
 
+def format_interval(value: tuple[float, float | None, float | None] | None) -> str:
+    """``ratio_interval``'s result as ``mean [low, high]`` (``-`` for None)."""
+    if value is None:
+        return "-"
+    mean, low, high = value
+    return fmt(mean, 3) + ("" if low is None else f" [{low:.3f}, {high:.3f}]")
+
+
 def neighbours(runs: list[dict], index: int, baseline: str) -> list[dict]:
     """The baseline runs just before and just after ``runs[index]``."""
     before = [r for r in runs[:index] if r["method"] == baseline][-1:]
@@ -107,10 +115,7 @@ def report(directory: Path, baseline: str) -> str:
             means = (statistics.mean(v for v, _ in values) / statistics.mean(base_values)
                      if base_values else None)
             ratios = [r for _, r in values if r is not None]
-            interval = "-"
-            if ratios:
-                mean, low, high = ratio_interval(ratios)
-                interval = fmt(mean, 3) + ("" if low is None else f" [{low:.3f}, {high:.3f}]")
+            interval = format_interval(ratio_interval(ratios) if ratios else None)
             summary.append(
                 f"| {kind} | {size} | {', '.join(fmt(v) for v in base_values)} | {spread} | "
                 f"{method} | {', '.join(fmt(v) for v, _ in values)} | {fmt(means, 3)} | "

@@ -59,7 +59,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from aba import ratio_interval  # noqa: E402
+from aba import format_interval, ratio_interval  # noqa: E402
 from bench_common import (add_common_args, append_row, load_prompts, parse_ks,  # noqa: E402
                           run_context, write_context)
 from report import fmt, read_jsonl  # noqa: E402
@@ -243,17 +243,13 @@ def report(summary: list[dict], baseline: str, title: str,
              "batch ratio when first / second |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in summary:
-        interval = "-"
-        if row["ratio"] is not None:
-            mean, low, high = row["ratio"]
-            interval = fmt(mean, 3) + ("" if low is None else f" [{low:.3f}, {high:.3f}]")
         same, total = row["same_as_baseline"]
         share = row["drafted_step_share"]
         lines.append(
             f"| {row['batch_size']} | {row['method']} | {row['rounds']} | "
             f"{', '.join(fmt(v) for v in row['tokens_per_second'])} | "
             f"{'-' if row['method'] == baseline else ', '.join(fmt(v, 3) for v in row['ratios'])}"
-            f" | {interval} | {fmt(row['target_passes_per_token'])} | "
+            f" | {format_interval(row['ratio'])} | {fmt(row['target_passes_per_token'])} | "
             f"{fmt(row['draft_forwards_per_token'])} | "
             f"{'-' if share is None else f'{share:.0%}'} | {int(row['catch_up_tokens'])} | "
             f"{f'{same}/{total}' if total else '-'} | "
@@ -307,12 +303,6 @@ def pool(runs: list[tuple[str, str, list[dict]]]) -> list[dict]:
 
 
 def pool_report(pooled: list[dict]) -> str:
-    def interval(value) -> str:
-        if value is None:
-            return "-"
-        mean, low, high = value
-        return fmt(mean, 3) + ("" if low is None else f" [{low:.3f}, {high:.3f}]")
-
     baseline = pooled[0]["baseline"] if pooled else "-"
     lines = [f"# Paired runs pooled, against `{baseline}`", "",
              "Every round of every run is one paired observation (method tok/s over "
@@ -324,8 +314,8 @@ def pool_report(pooled: list[dict]) -> str:
     for row in pooled:
         runs = "; ".join(f"{name} ({n}, {mean:.3f})" for name, n, mean in row["runs"])
         lines.append(f"| {row['batch_size']} | {row['method']} | {runs} | {row['rounds']} | "
-                     f"{interval(row['ratio'])} | {row['rounds_after_first']} | "
-                     f"{interval(row['ratio_after_first'])} |")
+                     f"{format_interval(row['ratio'])} | {row['rounds_after_first']} | "
+                     f"{format_interval(row['ratio_after_first'])} |")
     return "\n".join(lines + [""])
 
 
