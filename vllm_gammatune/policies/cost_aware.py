@@ -370,13 +370,15 @@ class CostAwarePolicy(DraftLengthPolicy):
             drafting_scale = (1.0 if self.cycle_check is None
                               else self.cycle_check.drafting_scale(num_reqs))
         catch_up = list(batch.catch_up_tokens) or [0] * num_reqs
-        # a catch-up is paid once and serves every later draft of its request:
-        # the plan weighs each request's share of it (``catch_up_share``)
-        shares = [self.catch_up_share(rate, remaining) for rate, remaining in
-                  zip(rates, batch.remaining_tokens or [None] * num_reqs)]
-        catch_up = [missed * share for missed, share in zip(catch_up, shares)]
-        catch_up_base_share = max((share for share, missed in zip(shares, catch_up)
-                                   if missed), default=1.0)
+        catch_up_base_share = 1.0
+        if any(catch_up):
+            # a catch-up is paid once and serves every later draft of its
+            # request: the plan weighs each request's share of it
+            shares = [self.catch_up_share(rate, remaining) for rate, remaining in
+                      zip(rates, batch.remaining_tokens or [None] * num_reqs)]
+            catch_up_base_share = max(share for share, missed in zip(shares, catch_up)
+                                      if missed)
+            catch_up = [missed * share for missed, share in zip(catch_up, shares)]
         costs = self._step_costs(batch, num_reqs)
         target_now = costs.target_now
         skip_ratio = best_ratio = num_reqs / target_now if target_now > 0 else math.inf
