@@ -184,6 +184,10 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
         #: gammatune_cost: measure step costs, skip the draft when nobody drafts
         self._cost_aware = isinstance(self.policy, CostAwarePolicy)
         self.draft_kv_holes = DraftKVHoles()
+        # this step's per-request end positions and KV block table rows
+        self._step_ends: list[int] = []
+        self._block_rows = []
+        self._kv_block_size = 1
         self._clock = time.perf_counter
         self._last_step_end: float | None = None
         #: the drafting scale the metrics report: the last one with evidence
@@ -281,7 +285,7 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
         decode_only = False
         if self._cost_aware:
             cad = kwargs["common_attn_metadata"]
-            step_starts, longest_query = self._step_starts(cad)
+            step_starts, self._step_ends, longest_query = self._step_starts(cad)
             # Prefill chunks are compute-bound and hundreds of tokens long; a
             # line through them says little about verifying a few draft tokens,
             # which is what the decision is about: fit decode steps only.
@@ -292,6 +296,12 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
             self._last_plan_time = now
             if decode_only:
                 self._time_target_step(cad.num_actual_tokens, len(req_ids), now)
+            block_table = runner.input_batch.block_table[0]
+            # [num_reqs, max_num_blocks_per_req] the requests' KV blocks (CPU)
+            self._block_rows = block_table.block_table.np[:len(req_ids)]
+            self._kv_block_size = block_table.block_size
+            for req_id, start, blocks in zip(req_ids, step_starts, self._block_rows):
+                self.draft_kv_holes.inherit(req_id, start, blocks, self._kv_block_size)
             catch_up_tokens = tuple(self.draft_kv_holes.catch_up_tokens(r, s)
                                     for r, s in zip(req_ids, step_starts))
             batch = BatchView(
@@ -372,20 +382,21 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
         return tuple(remaining)
 
     @staticmethod
-    def _step_starts(common_attn_metadata) -> tuple[list[int], int]:
-        """Per request, the position of its first target token this step; and
-        the longest query of the step."""
+    def _step_starts(common_attn_metadata) -> tuple[list[int], list[int], int]:
+        """Per request, the position of its first target token this step and
+        the position after its last; and the longest query of the step."""
         query_start_loc = common_attn_metadata.query_start_loc_cpu
         num_reqs = common_attn_metadata.num_reqs
         # [num_reqs]
         query_lens = query_start_loc[1 : num_reqs + 1] - query_start_loc[:num_reqs]
         seq_lens = common_attn_metadata.seq_lens[:num_reqs].cpu()
         longest = int(query_lens.max()) if num_reqs else 0
-        return (seq_lens - query_lens).tolist(), longest
+        return (seq_lens - query_lens).tolist(), seq_lens.tolist(), longest
 
     def _skip_draft_model(self, req_ids, step_starts, step: _DraftStep):
         """No request drafts: the draft model does not run this step."""
         self.draft_kv_holes.on_skipped(req_ids, step_starts)
+        self._record_written_blocks(req_ids, step_starts)
         self._last_draft_probs = None
         self._record_metrics([[] for _ in req_ids], step.planned.tolist(), step,
                              skipped=True)
@@ -413,7 +424,20 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
             self.policy.observe_catch_up_pass(
                 num_tokens, self._synchronized_clock() - started)
         self.draft_kv_holes.on_draft_pass(req_ids, step_starts, caught_up)
+        # the blocks written this step: from the caught-up start where one ran
+        written_from = list(step_starts)
+        for row, start, _ in segments:
+            written_from[row] = start
+        self._record_written_blocks(req_ids, written_from)
         return num_tokens
+
+    def _record_written_blocks(self, req_ids, written_from) -> None:
+        """Mark the KV blocks this step wrote as holding draft KV or not, for
+        requests that inherit them from the prefix cache (``DraftKVHoles``)."""
+        for req_id, start, end, blocks in zip(req_ids, written_from, self._step_ends,
+                                              self._block_rows):
+            self.draft_kv_holes.record_blocks(req_id, start, end, blocks,
+                                              self._kv_block_size)
 
     def _synchronized_clock(self) -> float:
         """Now, after the device has finished what was queued (honest timing)."""

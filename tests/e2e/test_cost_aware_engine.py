@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from llm_helpers import PROMPTS, metrics_by_name, running_llm
+from llm_helpers import PROMPTS, drafter, metrics_by_name, running_llm
 from test_greedy_equality import MAX_TOKENS, check_spec_counters, reference  # noqa: F401
 
 # a target step of 100 ms, a draft pass of 60 ms: drafting pays only for an
@@ -88,6 +88,40 @@ def test_catch_up_restores_exact_draft_kv(tiny):
     accepted = counter(metrics, "vllm:spec_decode_num_accepted_tokens")
     assert counter(metrics, "vllm:gammatune_catch_up_tokens") > 0
     assert draft_tokens > 0 and accepted == draft_tokens
+
+
+def test_prefix_cached_blocks_the_draft_skipped_are_caught_up(tiny):
+    """A request that reuses prompt blocks from the prefix cache, prefilled
+    while the draft model skipped, catches the draft up over them before it
+    drafts: a draft identical to the target then accepts every token (before
+    the fix it drafted against the blocks' stale draft KV and accepted none)."""
+    from vllm import SamplingParams
+
+    prompt = "hello world " * 80  # three KV blocks of 128 and a part
+    spec = {"method": "gammatune_cost", "model": tiny["draft_identical"],
+            "num_speculative_tokens": 6, "probe_interval": 2,
+            "fixed_step_costs": RARELY_PAYS}
+
+    def run(max_tokens):
+        llm.generate([prompt], SamplingParams(temperature=0, max_tokens=max_tokens,
+                                              ignore_eos=True))
+        metrics = metrics_by_name(llm)
+        hits = sum(m.value for m in llm.get_metrics() if m.name == "vllm:prefix_cache_hits")
+        return [counter(metrics, name) for name in (
+            "vllm:gammatune_draft_forward_passes", "vllm:spec_decode_num_draft_tokens",
+            "vllm:spec_decode_num_accepted_tokens", "vllm:gammatune_catch_up_tokens")] + [hits]
+
+    with running_llm(tiny["target"], spec, enable_prefix_caching=True) as llm:
+        # the default probe budget holds back every probe: the draft never runs
+        first = run(8)
+        assert first[0] == 0
+        drafter(llm).policy.probe_budget = 1.0  # now it probes
+        second = run(40)
+    passes, draft_tokens, accepted, catch_up, hits = (b - a for a, b in zip(first, second))
+    assert hits > 0, "the second request did not reuse the first one's blocks"
+    assert passes > 0 and draft_tokens > 0 and accepted == draft_tokens
+    # the catch-up covered the cached prefix, not only the request's own steps
+    assert catch_up >= hits
 
 
 def test_always_paying_drafts_the_cap_without_skips(tiny, reference):  # noqa: F811

@@ -134,22 +134,49 @@ def test_joint_plan_matches_brute_force(seed):
     assert ratio_of(p, states, batch, got) == pytest.approx(want_ratio, rel=1e-6), (got, want)
 
 
-def test_prefill_step_drafts_only_if_the_last_decode_step_did():
+def test_prompt_step_drafts_while_decode_steps_after_prompts_draft():
     p = policy()  # CPU costs: drafting pays at batch 1, not at 16
     busy = trained_states(p, 16, drafted=4, accepted=3)
     new = trained_states(p, 1, drafted=4, accepted=3)  # a request's prompt chunk
-    prompt_step = BatchView(1, 3, has_prefill=True)  # a short chunk: cheap to draft
-    # the same request planned as a decode step would draft
+    long_chunk = BatchView(1, 501, has_prefill=True)
+    short_chunk = BatchView(1, 2, has_prefill=True)
+    # a new engine: prompt steps draft where a decode step would
     assert max(p.best_plan(new, BatchView(1, 1))) > 0
-    assert p.plan_batch(busy, BatchView(16, 16)) == [0] * 16  # decode steps skip
-    # so the draft's prefill waits for the request's first decode step, probes too
+    assert max(p.plan_batch(new, long_chunk)) > 0
+    # the decode steps after prompt chunks stop drafting (the batch grew to 16)
+    for _ in range(3):
+        p.plan_batch(busy, BatchView(16, 16 + 500, has_prefill=True))
+        assert p.plan_batch(busy, BatchView(16, 16)) == [0] * 16
+    # now the draft's prefill of a long chunk waits for the request's first
+    # decode step, and no probe runs in its place; a short chunk costs less
+    # than the draft's first verification gains, so it still drafts
     new[0].steps_since_draft = 100
-    assert p.plan_batch(new, prompt_step) == [0]
-    # a decode step of the new batch decides (and drafts), prefill steps follow it
+    assert p.plan_batch(new, long_chunk) == [0]
+    assert max(p.plan_batch(new, short_chunk)) > 0
+    # decode steps after prompt chunks draft again: long chunks draft again
+    for _ in range(20):
+        p.plan_batch(new, short_chunk)
+        assert max(p.plan_batch(new, BatchView(1, 1))) > 0
+    assert max(p.plan_batch(new, long_chunk)) > 0
     assert max(p.plan_batch(new, BatchView(1, 1))) > 0
-    assert max(p.plan_batch(new, prompt_step)) > 0
-    # prefill steps leave the decode steps' record alone
-    assert max(p.plan_batch(new, prompt_step)) > 0
+    # decode steps not right after a prompt chunk do not count
+    for _ in range(8):
+        assert p.plan_batch(busy, BatchView(16, 16)) == [0] * 16
+    assert max(p.plan_batch(new, long_chunk)) > 0
+
+
+def test_prompt_step_waits_while_the_chunk_price_is_unknown():
+    p = CostAwarePolicy(8, target_cost=CPU_TARGET)  # draft and catch-up measured
+    for tokens in (4, 8, 12):
+        p.draft_cost.add(tokens, 0.04 + 0.002 * tokens, 1)
+    new = trained_states(p, 1, drafted=4, accepted=3)
+    p.plan_batch(new, BatchView(1, 101, has_prefill=True))
+    assert max(p.plan_batch(new, BatchView(1, 1))) > 0  # p stays 1: drafts
+    assert max(p.plan_batch(new, BatchView(1, 101, has_prefill=True))) > 0
+    busy = trained_states(p, 16, drafted=4, accepted=3)
+    assert p.plan_batch(busy, BatchView(16, 16)) == [0] * 16  # p < 1 now
+    assert not p.catch_up_cost.ready
+    assert p.plan_batch(new, BatchView(1, 3, has_prefill=True)) == [0]
 
 
 def test_catch_up_cost_makes_a_lagging_request_wait():
@@ -343,6 +370,41 @@ def test_holes_open_on_skip_close_on_catch_up_or_rewrite():
     holes.on_skipped(["x"], [3])
     holes.forget_missing({"y"})
     assert len(holes) == 0
+
+
+def test_blocks_written_while_skipped_give_inheriting_requests_a_hole():
+    """Prefix caching: a request whose first step starts after cached blocks
+    the draft never wrote must catch up over them; valid blocks need nothing."""
+    holes, size = DraftKVHoles(), 16
+    # "a" writes positions 0-39 (blocks 7, 8, 9) while the draft skips
+    holes.on_skipped(["a"], [0])
+    holes.record_blocks("a", 0, 40, [7, 8, 9], size)
+    assert all(holes.is_stale(b) for b in (7, 8, 9))
+    # "b" shares a's first two blocks (32 cached positions) and starts at 32
+    holes.inherit("b", 32, [7, 8, 12], size)
+    assert holes.catch_up_tokens("b", 32) == 32  # the whole cached prefix
+    holes.inherit("b", 32, [7, 8, 12], size)  # later steps change nothing
+    assert holes.catch_up_tokens("b", 32) == 32
+    # "b" catches up and drafts: the blocks it wrote hold draft KV again
+    holes.on_draft_pass(["b"], [32], caught_up={"b"})
+    holes.record_blocks("b", 0, 40, [7, 8, 12], size)
+    assert not any(holes.is_stale(b) for b in (7, 8, 12))
+    assert holes.is_stale(9)  # a's own block, still behind a's hole
+    # "c" inherits the now valid blocks: no hole; a fresh request neither
+    holes.inherit("c", 32, [7, 8, 13], size)
+    holes.inherit("d", 0, [9], size)
+    assert holes.catch_up_tokens("c", 32) == holes.catch_up_tokens("d", 0) == 0
+    # a request without a hole that reuses a stale block rewrites it
+    holes.record_blocks("d", 0, 5, [9], size)
+    assert not holes.is_stale(9)
+    # a request that drafts but keeps its hole leaves its blocks stale
+    holes.on_skipped(["c"], [32])
+    holes.on_draft_pass(["c"], [33], caught_up=set())
+    holes.record_blocks("c", 33, 34, [7, 8, 13], size)
+    assert holes.is_stale(13) and not holes.is_stale(8)
+    holes.forget_missing({"a"})
+    holes.inherit("b", 16, [9], size)  # forgotten: checked again as new
+    assert holes.catch_up_tokens("b", 16) == 0
 
 
 @pytest.mark.parametrize("capacity", [1, 3, 7, 100])

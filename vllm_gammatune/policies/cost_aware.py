@@ -67,20 +67,31 @@ than its own error. Probes are not held to the margin (they are rationed by
 the probe budget).
 
 Prompt chunks: a step where some request's query is a prompt chunk
-(``BatchView.has_prefill``) drafts only if the last decode step drafted for
-its own sake (probes do not count); otherwise it plans 0 for every request,
-probes included. A draft pass at such a step also prefills the draft over
+(``BatchView.has_prefill``) would, if it drafted, also prefill the draft over
 the whole chunk, which the decode-step fit prices far too low (a pass over
-741 prompt tokens priced like one over a few), and the batch the request
-will decode in is not yet known: ``LLM.generate`` hands a batch's requests
-to the engine one at a time, so its first step often holds only the first
-one, at batch 1, where drafting pays, while the batch then decodes at 4,
-where it does not. On the 2-core CPU 56 of 72 batches of 4 drafted just
-that once and ran at 0.965 of no speculation, the 6 that never drafted at
-1.015 (README). Deferred, the draft's prefill is run
-as a catch-up by the request's first draft, if it ever drafts, and is
-charged to it there. Where decode steps draft (batch 1), prompt chunks draft
-as before.
+741 prompt tokens priced like one over a few). Left undrafted, the chunk's
+draft prefill becomes the request's catch-up, paid only if the request ever
+drafts. So such a step plans as a decode step would (the first pass over one
+token per request), and drafts only if that plan's gain ``g`` (the seconds
+its expected tokens save at the rate of not drafting, net of its draft
+passes, after the clock's correction) beats the chunk's draft prefill
+``C`` (the catch-up fit's per-token cost times the chunk's tokens) weighed
+by the chance ``p`` that the request drafts later anyway:
+
+    draft now  iff  C - g < p * C,  i.e.  g > (1 - p) * C
+
+with ``p`` the decayed share of the decode steps right after a prompt chunk
+that drafted for their own sake (probes do not count; 1 at start, so a new
+engine drafts as before; while the catch-up fit has no samples ``C`` is
+unknown and only ``p = 1`` drafts). ``LLM.generate`` hands a batch's
+requests to the engine one at a time, so its first step often holds only the
+first prompt, at batch 1, where drafting pays, while the batch then decodes
+at 4, where it does not: on the 2-core CPU 56 of 72 batches of 4 drafted
+just that once and ran at 0.965 of no speculation, the 6 that never drafted
+at 1.015 (README). There ``p`` falls, after the first batch, and the chunk
+waits; at batch 1, where decode steps draft, ``p`` stays 1 and prompt chunks
+draft as before. A step with a prompt chunk that does not draft runs no
+probe either.
 
 Checking the model against the clock: every plan's predicted tokens and
 seconds are compared with what the step then measured (``cycle_check``), per
@@ -94,7 +105,7 @@ so the measurement keeps coming).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from vllm_gammatune.policies.base import BatchView, DraftLengthPolicy
 from vllm_gammatune.policies.cost_model import BatchLocalLinearCost, FixedLinearCost
@@ -105,6 +116,8 @@ _MIN_RATE, _MAX_RATE = 0.01, 0.99
 _DINKELBACH_ITERATIONS = 8
 #: weight kept by the probe budget's sums per step (a window of ~200 steps)
 _BUDGET_MEMORY = 0.995
+#: weight kept by the share of decode steps after a prompt chunk that drafted
+_AFTER_PROMPT_MEMORY = 0.75
 #: a catch-up is spread over at most this many of a request's remaining
 #: tokens (a request without ``max_tokens`` may stop at any EOS)
 CATCH_UP_HORIZON_TOKENS = 256
@@ -204,9 +217,11 @@ class CostAwarePolicy(DraftLengthPolicy):
         # engine-wide decayed counts (the prior of new requests)
         self._accepted = 1.0
         self._rejections = 1.0
-        #: whether the last decode step drafted for its own sake (not probes);
-        #: a step with a prompt chunk drafts only if so (``plan_batch``)
-        self._decode_steps_draft = True
+        #: decayed share of the decode steps right after a prompt chunk that
+        #: drafted for their own sake (``p`` of ``_prompt_step_plan``)
+        self._drafts_after_prompt = 1.0
+        #: whether the last planned step had a prompt chunk
+        self._after_prompt = False
 
     # -- step costs, fed by the proposer ------------------------------------
     def observe_target_step(self, num_scheduled_tokens: int, seconds: float,
@@ -281,11 +296,17 @@ class CostAwarePolicy(DraftLengthPolicy):
             self._advance_probing(states, plan, [False] * len(states))
             return plan
         rates = [self.acceptance_rate(s) for s in states]
-        deferred = batch.has_prefill and not self._decode_steps_draft
-        # [batch] lengths; a deferred prefill step drafts nothing, not even probes
-        plan = [0] * len(states) if deferred else self.best_plan(states, batch, rates=rates)
-        if not batch.has_prefill:
-            self._decode_steps_draft = max(plan, default=0) > 0
+        if batch.has_prefill:
+            plan = self._prompt_step_plan(states, batch, rates)
+        else:
+            plan = self.best_plan(states, batch, rates=rates)
+            if self._after_prompt:
+                m = _AFTER_PROMPT_MEMORY
+                self._drafts_after_prompt = (m * self._drafts_after_prompt
+                                             + (1.0 - m) * (max(plan, default=0) > 0))
+        self._after_prompt = batch.has_prefill
+        # a step whose prompt chunk waits drafts nothing, not even probes
+        deferred = batch.has_prefill and max(plan, default=0) == 0
         # A probe is worth its draft pass only if some acceptance could make
         # drafting pay at this batch and these costs: if even a draft that is
         # always right would not, no probe can change the decision. (Searched
@@ -319,6 +340,29 @@ class CostAwarePolicy(DraftLengthPolicy):
         if self.cycle_check is not None:
             self.cycle_check.open(len(states), max(probed, default=0), tokens, seconds)
         return probed
+
+    def _prompt_step_plan(self, states: list[CostAwareState], batch: BatchView,
+                          rates: list[float]) -> list[int]:
+        """A step with a prompt chunk: the plan of a decode step, if its gain
+        beats the chunk's draft prefill weighed by the chance the request
+        drafts later anyway (module docstring: ``g > (1 - p) C``)."""
+        num_reqs = len(states)
+        # [batch] lengths as in a decode step: the first pass over one token each
+        decode_step = replace(batch, num_scheduled_tokens=num_reqs, has_prefill=False)
+        plan = self.best_plan(states, decode_step, rates=rates)
+        p = self._drafts_after_prompt
+        if max(plan, default=0) == 0 or p >= 1.0:
+            return plan
+        if not self.catch_up_cost.ready:
+            return [0] * num_reqs  # the chunk's price is unknown
+        tokens, seconds = self.predicted_step(rates, decode_step, plan)
+        base_tokens, base_seconds = self.predicted_step(rates, decode_step, [0] * num_reqs)
+        scale = (1.0 if self.cycle_check is None
+                 else self.cycle_check.drafting_scale(num_reqs))
+        gain = tokens * base_seconds / base_tokens - seconds / scale
+        prompt_tokens = max(0, batch.num_scheduled_tokens - num_reqs)
+        prompt_seconds = self.catch_up_cost.coefficients(num_reqs)[1] * prompt_tokens
+        return plan if gain > (1.0 - p) * prompt_seconds else [0] * num_reqs
 
     def expected_tokens(self, rate: float, num_draft_tokens: int) -> float:
         """E(k) = (1 - a^(k+1)) / (1 - a): tokens one verification emits."""
