@@ -134,35 +134,39 @@ def test_joint_plan_matches_brute_force(seed):
     assert ratio_of(p, states, batch, got) == pytest.approx(want_ratio, rel=1e-6), (got, want)
 
 
-def test_prompt_step_drafts_while_decode_steps_after_prompts_draft():
+def test_prompt_step_drafts_once_decode_steps_after_prompts_draft():
     p = policy()  # CPU costs: drafting pays at batch 1, not at 16
     busy = trained_states(p, 16, drafted=4, accepted=3)
     new = trained_states(p, 1, drafted=4, accepted=3)  # a request's prompt chunk
-    long_chunk = BatchView(1, 501, has_prefill=True)
+    long_chunk = BatchView(1, 201, has_prefill=True)
     short_chunk = BatchView(1, 2, has_prefill=True)
-    # a new engine: prompt steps draft where a decode step would
-    assert max(p.best_plan(new, BatchView(1, 1))) > 0
-    assert max(p.plan_batch(new, long_chunk)) > 0
-    # the decode steps after prompt chunks stop drafting (the batch grew to 16)
-    for _ in range(3):
-        p.plan_batch(busy, BatchView(16, 16 + 500, has_prefill=True))
-        assert p.plan_batch(busy, BatchView(16, 16)) == [0] * 16
-    # now the draft's prefill of a long chunk waits for the request's first
-    # decode step, and no probe runs in its place; a short chunk costs less
-    # than the draft's first verification gains, so it still drafts
+    # the first decode step, the long chunk to catch up, spread: drafts
+    first_decode = BatchView(1, 1, catch_up_tokens=(200,), remaining_tokens=(256,))
+    # a new engine: a long chunk's draft prefill waits, and no probe runs in
+    # its place; a short one costs less than the first verification gains
     new[0].steps_since_draft = 100
     assert p.plan_batch(new, long_chunk) == [0]
     assert max(p.plan_batch(new, short_chunk)) > 0
-    # decode steps after prompt chunks draft again: long chunks draft again
-    for _ in range(20):
-        p.plan_batch(new, short_chunk)
-        assert max(p.plan_batch(new, BatchView(1, 1))) > 0
+    # the decode steps after prompt chunks draft even with the catch-up to
+    # pay (batch 1): long chunks draft too, once that is the rule
+    first_drafted = None
+    for i in range(20):
+        if max(p.plan_batch(new, long_chunk)) > 0 and first_drafted is None:
+            first_drafted = i
+        assert max(p.plan_batch(new, first_decode)) > 0
+    assert first_drafted is not None and first_drafted >= 2  # p had to rise
     assert max(p.plan_batch(new, long_chunk)) > 0
     assert max(p.plan_batch(new, BatchView(1, 1))) > 0
     # decode steps not right after a prompt chunk do not count
     for _ in range(8):
         assert p.plan_batch(busy, BatchView(16, 16)) == [0] * 16
     assert max(p.plan_batch(new, long_chunk)) > 0
+    # the decode steps after prompt chunks stop drafting (the batch grew to 16)
+    for _ in range(3):
+        p.plan_batch(busy, BatchView(16, 16 + 500, has_prefill=True))
+        assert p.plan_batch(busy, BatchView(16, 16)) == [0] * 16
+    assert p.plan_batch(new, long_chunk) == [0]
+    assert max(p.plan_batch(new, short_chunk)) > 0
 
 
 def test_prompt_step_waits_while_the_chunk_price_is_unknown():
@@ -170,13 +174,14 @@ def test_prompt_step_waits_while_the_chunk_price_is_unknown():
     for tokens in (4, 8, 12):
         p.draft_cost.add(tokens, 0.04 + 0.002 * tokens, 1)
     new = trained_states(p, 1, drafted=4, accepted=3)
-    p.plan_batch(new, BatchView(1, 101, has_prefill=True))
-    assert max(p.plan_batch(new, BatchView(1, 1))) > 0  # p stays 1: drafts
-    assert max(p.plan_batch(new, BatchView(1, 101, has_prefill=True))) > 0
-    busy = trained_states(p, 16, drafted=4, accepted=3)
-    assert p.plan_batch(busy, BatchView(16, 16)) == [0] * 16  # p < 1 now
+    tiny_chunk = BatchView(1, 2, has_prefill=True)
     assert not p.catch_up_cost.ready
-    assert p.plan_batch(new, BatchView(1, 3, has_prefill=True)) == [0]
+    assert p.plan_batch(new, tiny_chunk) == [0]
+    assert max(p.plan_batch(new, BatchView(1, 1))) > 0
+    assert p.plan_batch(new, tiny_chunk) == [0]  # p > 0 now, the price still unknown
+    for tokens in (100, 300, 500):
+        p.observe_catch_up_pass(tokens, 0.03 + 0.002 * tokens)
+    assert max(p.plan_batch(new, tiny_chunk)) > 0
 
 
 def test_catch_up_cost_makes_a_lagging_request_wait():

@@ -81,16 +81,21 @@ by the chance ``p`` that the request drafts later anyway:
     draft now  iff  C - g < p * C,  i.e.  g > (1 - p) * C
 
 with ``p`` the decayed share of the decode steps right after a prompt chunk
-that drafted for their own sake (probes do not count; 1 at start, so a new
-engine drafts as before; while the catch-up fit has no samples ``C`` is
-unknown and only ``p = 1`` drafts). ``LLM.generate`` hands a batch's
+that drafted for their own sake (probes do not count). It starts at 0: a
+prompt chunk drafts only once decode steps after earlier chunks, charged
+the chunk as a catch-up, have drafted. Starting at 1 was self-fulfilling:
+with every chunk drafted no decode step had a catch-up to weigh, so batches
+of 4 drafted on their decode steps too and kept ``p`` at 1 (on the 2-core
+CPU the draft's prefill of their prompts alone, ~2 ms a token, cost them
+a fifth of their time). While the catch-up fit has no samples ``C`` is
+unknown and only ``p = 1`` drafts. ``LLM.generate`` hands a batch's
 requests to the engine one at a time, so its first step often holds only the
 first prompt, at batch 1, where drafting pays, while the batch then decodes
 at 4, where it does not: on the 2-core CPU 56 of 72 batches of 4 drafted
 just that once and ran at 0.965 of no speculation, the 6 that never drafted
-at 1.015 (README). There ``p`` falls, after the first batch, and the chunk
-waits; at batch 1, where decode steps draft, ``p`` stays 1 and prompt chunks
-draft as before. A step with a prompt chunk that does not draft runs no
+at 1.015 (README). There ``p`` stays near 0 and the chunks wait; at batch
+1, where decode steps draft even with a catch-up to pay, ``p`` rises toward
+1 and prompt chunks draft again (about the tenth request on). A step with a prompt chunk that does not draft runs no
 probe either.
 
 Checking the model against the clock: every plan's predicted tokens and
@@ -219,7 +224,7 @@ class CostAwarePolicy(DraftLengthPolicy):
         self._rejections = 1.0
         #: decayed share of the decode steps right after a prompt chunk that
         #: drafted for their own sake (``p`` of ``_prompt_step_plan``)
-        self._drafts_after_prompt = 1.0
+        self._drafts_after_prompt = 0.0
         #: whether the last planned step had a prompt chunk
         self._after_prompt = False
 
