@@ -142,19 +142,23 @@ def test_prompt_step_drafts_once_decode_steps_after_prompts_draft():
     short_chunk = BatchView(1, 2, has_prefill=True)
     # the first decode step, the long chunk to catch up, spread: drafts
     first_decode = BatchView(1, 1, catch_up_tokens=(200,), remaining_tokens=(256,))
-    # a new engine: a long chunk's draft prefill waits, and no probe runs in
-    # its place; a short one costs less than the first verification gains
+    # a new engine: a chunk's draft prefill waits, however short, and no
+    # probe runs in its place
     new[0].steps_since_draft = 100
     assert p.plan_batch(new, long_chunk) == [0]
-    assert max(p.plan_batch(new, short_chunk)) > 0
+    assert p.plan_batch(new, short_chunk) == [0]
     # the decode steps after prompt chunks draft even with the catch-up to
-    # pay (batch 1): long chunks draft too, once that is the rule
-    first_drafted = None
+    # pay (batch 1): chunks draft too once that is the rule, short ones
+    # first (once p >= 1/2), long ones when their prefill is worth it
+    first_drafted = {"short": None, "long": None}
     for i in range(20):
-        if max(p.plan_batch(new, long_chunk)) > 0 and first_drafted is None:
-            first_drafted = i
-        assert max(p.plan_batch(new, first_decode)) > 0
-    assert first_drafted is not None and first_drafted >= 2  # p had to rise
+        for name, chunk in (("short", short_chunk), ("long", long_chunk)):
+            if max(p.plan_batch(new, chunk)) > 0 and first_drafted[name] is None:
+                first_drafted[name] = i
+            assert max(p.plan_batch(new, first_decode)) > 0
+    # two decode steps a round: p = 1 - 0.75^2 < 1/2 at i = 1, 1 - 0.75^4 at 2
+    assert first_drafted["short"] == 2
+    assert first_drafted["long"] is not None and first_drafted["long"] > 1
     assert max(p.plan_batch(new, long_chunk)) > 0
     assert max(p.plan_batch(new, BatchView(1, 1))) > 0
     # decode steps not right after a prompt chunk do not count
@@ -166,7 +170,7 @@ def test_prompt_step_drafts_once_decode_steps_after_prompts_draft():
         p.plan_batch(busy, BatchView(16, 16 + 500, has_prefill=True))
         assert p.plan_batch(busy, BatchView(16, 16)) == [0] * 16
     assert p.plan_batch(new, long_chunk) == [0]
-    assert max(p.plan_batch(new, short_chunk)) > 0
+    assert p.plan_batch(new, short_chunk) == [0]  # p = 0.42 < 1/2
 
 
 def test_prompt_step_waits_while_the_chunk_price_is_unknown():
@@ -176,9 +180,10 @@ def test_prompt_step_waits_while_the_chunk_price_is_unknown():
     new = trained_states(p, 1, drafted=4, accepted=3)
     tiny_chunk = BatchView(1, 2, has_prefill=True)
     assert not p.catch_up_cost.ready
-    assert p.plan_batch(new, tiny_chunk) == [0]
-    assert max(p.plan_batch(new, BatchView(1, 1))) > 0
-    assert p.plan_batch(new, tiny_chunk) == [0]  # p > 0 now, the price still unknown
+    for _ in range(3):
+        assert p.plan_batch(new, tiny_chunk) == [0]
+        assert max(p.plan_batch(new, BatchView(1, 1))) > 0
+    assert p.plan_batch(new, tiny_chunk) == [0]  # p > 1/2 now, the price unknown
     for tokens in (100, 300, 500):
         p.observe_catch_up_pass(tokens, 0.03 + 0.002 * tokens)
     assert max(p.plan_batch(new, tiny_chunk)) > 0
