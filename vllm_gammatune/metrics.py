@@ -22,7 +22,7 @@ The plugin adds, per engine:
 - ``gammatune_cost`` only: ``vllm:gammatune_cost_drafting_scale`` (gauge),
   the measured efficiency of drafted steps against skipped ones relative to
   the cost model, at the batch size of the last step where the check had
-  evidence (enough cycles of both kinds; 1 before any: the model holds;
+  evidence (enough drafted cycles; 1 before any: the model holds;
   below 1: drafting did worse than modelled and the policy discounts it;
   ``policies.cycle_check``);
 - AdaSD only: ``vllm:gammatune_adasd_entropy_stops`` and
