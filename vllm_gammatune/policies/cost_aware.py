@@ -69,38 +69,44 @@ the probe budget).
 Prompt chunks: a step where some request's query is a prompt chunk
 (``BatchView.has_prefill``) would, if it drafted, also prefill the draft over
 the whole chunk, which the decode-step fit prices far too low (a pass over
-741 prompt tokens priced like one over a few). Left undrafted, the chunk's
-draft prefill becomes the request's catch-up, paid only if the request ever
-drafts. So such a step plans as a decode step would (the first pass over one
-token per request), and drafts only if that plan's gain ``g`` (the seconds
-its expected tokens save at the rate of not drafting, net of its draft
-passes, after the clock's correction) beats the chunk's draft prefill
-``C`` (the catch-up fit's per-token cost times the chunk's tokens) weighed
-by the chance ``p`` that the request drafts later anyway:
+741 prompt tokens priced like one over a few), and the batch the request
+will decode in is not known yet: ``LLM.generate`` hands a batch's requests
+to the engine one at a time, so its first step often holds only the first
+prompt, at batch 1, where drafting pays, while the batch then decodes at 4,
+where it does not (on the 2-core CPU 56 of 72 batches of 4 drafted just
+that once and ran at 0.965 of no speculation, the 6 that never drafted at
+1.015; README). Left undrafted, the chunk's draft prefill becomes the
+request's catch-up, paid only if the request ever drafts. So such a step
+plans as a decode step would (the first pass over one token per request),
+and drafts only if that plan's gain ``g`` (the seconds its expected tokens
+save at the rate of not drafting, net of its draft passes, after the
+clock's correction) beats the chunk's draft prefill ``C`` (the catch-up
+fit's per-token cost times the chunk's tokens) weighed by the chance ``p``
+that the request drafts later anyway:
 
     draft now  iff  C - g < p * C,  i.e.  g > (1 - p) * C
 
 with ``p`` the decayed share of the decode steps right after a prompt chunk
-that drafted for their own sake (probes do not count). It starts at 0: a
-prompt chunk drafts only once decode steps after earlier chunks, charged
-the chunk as a catch-up, have drafted. Starting at 1 was self-fulfilling:
-with every chunk drafted no decode step had a catch-up to weigh, so batches
-of 4 drafted on their decode steps too and kept ``p`` at 1 (on the 2-core
-CPU the draft's prefill of their prompts alone, ~2 ms a token, cost them
-a fifth of their time). Below ``p = 1/2`` no chunk drafts, however
-short: ``g`` is priced at the prompt step's batch size, which is not the
-batch the request decodes in (below), and a run with ``p`` near 0 at batch
-4 still drafted the short first prompt of a batch, once, in 8 of 17
-batches, at 0.96 of no speculation against 1.005 for those that did not.
-While the catch-up fit has no samples ``C`` is unknown and only ``p = 1``
-drafts. ``LLM.generate`` hands a batch's
-requests to the engine one at a time, so its first step often holds only the
-first prompt, at batch 1, where drafting pays, while the batch then decodes
-at 4, where it does not: on the 2-core CPU 56 of 72 batches of 4 drafted
-just that once and ran at 0.965 of no speculation, the 6 that never drafted
-at 1.015 (README). There ``p`` stays near 0 and the chunks wait; at batch
-1, where decode steps draft even with a catch-up to pay, ``p`` rises toward
-1 and prompt chunks draft again (about the tenth request on). A step with a prompt chunk that does not draft runs no
+that drafted for their own sake (probes do not count).
+
+- ``p`` starts at 0: a prompt chunk drafts only once decode steps after
+  earlier chunks, charged the chunk as a catch-up, have drafted. Starting
+  at 1 was self-fulfilling: with every chunk drafted no decode step had a
+  catch-up to weigh, so batches of 4 drafted on their decode steps too and
+  kept ``p`` at 1 (on the 2-core CPU the draft's prefill of their prompts
+  alone, ~2 ms a token, cost them a fifth of their time).
+- Below ``p = 1/2`` no chunk drafts, however short: ``g`` is priced at the
+  prompt step's batch size, not the one the request decodes in, and with
+  ``p`` near 0 at batch 4 the short first prompt of a batch still drafted
+  once in 8 of 17 batches, at 0.96 of no speculation against 1.005 for
+  those that did not.
+- While the catch-up fit has no samples ``C`` is unknown and only ``p = 1``
+  drafts.
+
+At batch 4 on that CPU ``p`` stays near 0 and the chunks wait; at batch 1,
+where decode steps draft even with a catch-up to pay, ``p`` rises toward 1
+and prompt chunks draft again (from the third request of a run on, in the
+batch-1 benchmark). A step with a prompt chunk that does not draft runs no
 probe either.
 
 Checking the model against the clock: every plan's predicted tokens and
@@ -359,14 +365,14 @@ class CostAwarePolicy(DraftLengthPolicy):
         beats the chunk's draft prefill weighed by the chance the request
         drafts later anyway (module docstring: ``g > (1 - p) C``)."""
         num_reqs = len(states)
+        p = self._drafts_after_prompt
+        if p < _MIN_DRAFTS_AFTER_PROMPT:
+            return [0] * num_reqs  # most requests do not draft later: wait
         # [batch] lengths as in a decode step: the first pass over one token each
         decode_step = replace(batch, num_scheduled_tokens=num_reqs, has_prefill=False)
         plan = self.best_plan(states, decode_step, rates=rates)
-        p = self._drafts_after_prompt
         if max(plan, default=0) == 0 or p >= 1.0:
             return plan
-        if p < _MIN_DRAFTS_AFTER_PROMPT:
-            return [0] * num_reqs  # most requests do not draft later: wait
         if not self.catch_up_cost.ready:
             return [0] * num_reqs  # the chunk's price is unknown
         tokens, seconds = self.predicted_step(rates, decode_step, plan)
