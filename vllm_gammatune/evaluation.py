@@ -55,6 +55,12 @@ METHODS: dict[str, MethodFactory] = {
     # cost-aware: k is only the cap; lengths (0 allowed) come from measured costs
     "gammatune_cost": lambda draft, k, cap: {
         "method": "gammatune_cost", "model": draft, "num_speculative_tokens": max(k, 1)},
+    # Diagnostic, not a method to use: gammatune_cost that never drafts after
+    # its warm-up (a plan must double the predicted throughput, and probes
+    # get no budget), so a run against no_spec measures the skip path alone.
+    "gammatune_cost_never": lambda draft, k, cap: {
+        "method": "gammatune_cost", "model": draft, "num_speculative_tokens": max(k, 1),
+        "min_draft_gain": 0.999, "probe_budget": 1e-9},
     # AdaSD (lossy) ignores k: its window is the paper's W = 20.
     "adasd": lambda draft, k, cap: {
         "method": "adasd", "model": draft, "num_speculative_tokens": 20},
