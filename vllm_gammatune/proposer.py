@@ -183,6 +183,9 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
                                "plugin's own metrics are off", exc)
         #: gammatune_cost: measure step costs, skip the draft when nobody drafts
         self._cost_aware = isinstance(self.policy, CostAwarePolicy)
+        #: set when this step skipped the draft model (no request has draft
+        #: tokens): the engine core then does not fetch them (``draft_handoff``)
+        self.skipped_this_step = False
         self.draft_kv_holes = DraftKVHoles()
         # this step's per-request end positions and KV block table rows
         self._step_ends: list[int] = []
@@ -395,6 +398,7 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
 
     def _skip_draft_model(self, req_ids, step_starts, step: _DraftStep):
         """No request drafts: the draft model does not run this step."""
+        self.skipped_this_step = True
         self.draft_kv_holes.on_skipped(req_ids, step_starts)
         self._record_written_blocks(req_ids, step_starts)
         self._last_draft_probs = None

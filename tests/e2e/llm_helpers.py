@@ -60,3 +60,19 @@ def drafter(llm):
     """The plugin's drafter inside an in-process engine (``VLLM_ENABLE_V1_MULTIPROCESSING=0``)."""
     executor = llm.llm_engine.engine_core.engine_core.model_executor
     return executor.driver_worker.worker.model_runner.drafter
+
+
+def record_draft_fetches(llm) -> list:
+    """Record every ``take_draft_token_ids`` round trip the engine core makes
+    from now on (in-process engine); returns the list the answers go to."""
+    executor = llm.llm_engine.engine_core.engine_core.model_executor
+    fetched = []
+    original = executor.take_draft_token_ids
+
+    def recording():
+        answer = original()
+        fetched.append(answer)
+        return answer
+
+    executor.take_draft_token_ids = recording
+    return fetched

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from llm_helpers import PROMPTS, drafter, metrics_by_name, running_llm
+from llm_helpers import PROMPTS, drafter, metrics_by_name, record_draft_fetches, running_llm
 from test_greedy_equality import MAX_TOKENS, check_spec_counters, reference  # noqa: F401
 
 # a target step of 100 ms, a draft pass of 60 ms: drafting pays only for an
@@ -43,10 +43,16 @@ def test_unprofitable_drafting_skips_draft_model_and_probes(tiny, reference):  #
     spec = {"method": "gammatune_cost", "model": tiny["draft"], "num_speculative_tokens": 6,
             "probe_interval": 3, "fixed_step_costs": RARELY_PAYS, "probe_budget": 1.0}
     with running_llm(tiny["target"], spec) as llm:
+        fetched = record_draft_fetches(llm)
         got = generate(llm)
         metrics = metrics_by_name(llm)
     assert got == reference
     skipped = counter(metrics, "vllm:gammatune_skipped_draft_steps")
+    # the engine core fetched drafts after the probe steps only, never after
+    # a skipped one (draft_handoff)
+    steps = counter(metrics, "vllm:gammatune_steps")
+    assert len(fetched) == steps - skipped
+    assert all(any(answer.draft_token_ids) for answer in fetched)
     drafts = counter(metrics, "vllm:spec_decode_num_drafts")
     draft_tokens = counter(metrics, "vllm:spec_decode_num_draft_tokens")
     assert skipped > 0, "no step skipped the draft model"
@@ -67,10 +73,12 @@ def test_probe_budget_holds_back_probes_that_cannot_pay(tiny, reference):  # noq
     spec = {"method": "gammatune_cost", "model": tiny["draft"], "num_speculative_tokens": 6,
             "probe_interval": 3, "fixed_step_costs": RARELY_PAYS}
     with running_llm(tiny["target"], spec) as llm:
+        fetched = record_draft_fetches(llm)
         got = generate(llm)
         metrics = metrics_by_name(llm)
     assert got == reference
     assert counter(metrics, "vllm:gammatune_skipped_draft_steps") > 0
+    assert fetched == [], "drafts fetched after a step that skipped the draft model"
     assert counter(metrics, "vllm:spec_decode_num_drafts") == 0
     assert counter(metrics, "vllm:gammatune_draft_forward_passes") == 0
 

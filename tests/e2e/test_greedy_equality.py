@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from llm_helpers import PROMPTS, metrics_by_name, running_llm
+from llm_helpers import PROMPTS, metrics_by_name, record_draft_fetches, running_llm
 
 MAX_TOKENS = 40
 
@@ -70,9 +70,12 @@ def test_builtin_draft_model_unaffected_by_plugin(tiny, reference):
 
     spec = {"method": "draft_model", "model": tiny["draft"], "num_speculative_tokens": 3}
     with running_llm(tiny["target"], spec) as llm:
+        fetched = record_draft_fetches(llm)
         outs = llm.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=MAX_TOKENS))
         metrics = metrics_by_name(llm)
     assert [list(o.outputs[0].token_ids) for o in outs] == reference
+    # vLLM's own drafter: the engine core still fetches drafts after every step
+    assert fetched and all(answer is not None for answer in fetched)
     drafts, draft_tokens, _ = check_spec_counters(metrics)
     assert draft_tokens == 3 * drafts
     assert "vllm:gammatune_draft_length" not in metrics or (

@@ -581,3 +581,21 @@ def test_probes_the_clock_finds_expensive_are_rationed_by_the_clock():
 
     honest, expensive = probe_steps(1.0), probe_steps(4.0)
     assert 0 < expensive < 0.6 * honest
+
+
+def test_online_cost_running_sums_equal_a_fit_over_the_window():
+    """The fit kept up to date sample by sample (window wrapping, several
+    batch sizes, rebuilds) equals one computed from the window afresh."""
+    rng = random.Random(1)
+    running = BatchLocalLinearCost(window=32)
+    for step in range(200):
+        b = rng.choice([1, 2, 4, 16])
+        running.add(b + rng.randrange(0, 8), 0.05 + 0.01 * rng.random() * b, batch_size=b)
+        if step % 7 == 0:
+            for b in (1, 4, 16):
+                running.coefficients(b)  # sums kept from here on
+        fresh = BatchLocalLinearCost(window=32)
+        fresh._samples.extend(running._samples)
+        for b in (1, 2, 4, 16):
+            assert running.coefficients(b) == pytest.approx(fresh.coefficients(b),
+                                                            rel=1e-9, abs=1e-12)

@@ -4,6 +4,7 @@ What:
 - ``GPUModelRunner.__init__`` -> ``runner_init.init_with_adaptive_drafter``.
 - ``GPUModelRunner._sample`` -> ``acceptance.sample_step``.
 - ``GPUModelRunner._update_states`` -> ``lifecycle.update_states_and_forget_finished``.
+- ``GPUModelRunner.sample_tokens`` -> ``draft_handoff.sample_tokens_tagging_skipped_drafts``.
 Why: the runner picks its drafter in an if/elif chain inside ``__init__``;
   for a plugin method it must build ``AdaptiveDraftModelProposer`` (a subclass
   of ``DraftModelProposer``, so vLLM's isinstance checks still hold). AdaSD's
@@ -14,13 +15,17 @@ Why: the runner picks its drafter in an if/elif chain inside ``__init__``;
   step where no request drafts costs what a step without speculation costs.
   ``_update_states`` is where the worker learns which requests finished (also
   in the empty step an idle engine runs for that): their policy state is
-  dropped there, so an idle engine holds none.
-Remove when: vLLM offers a drafter registry and per-request acceptance hooks.
+  dropped there, so an idle engine holds none. ``sample_tokens`` tags the
+  output of a step whose drafter skipped the draft model, so that the engine
+  core does not fetch its (empty) drafts (``patches.engine_core``).
+Remove when: vLLM offers a drafter registry and per-request acceptance hooks
+  (``sample_tokens``: when vLLM returns drafts with the step's output).
 """
 
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
 from vllm_gammatune.acceptance import sample_step
+from vllm_gammatune.draft_handoff import sample_tokens_tagging_skipped_drafts
 from vllm_gammatune.lifecycle import update_states_and_forget_finished
 from vllm_gammatune.patches.base import rebind
 from vllm_gammatune.runner_init import init_with_adaptive_drafter
@@ -44,4 +49,10 @@ def apply() -> None:
         "_update_states",
         update_states_and_forget_finished,
         patch_id="gpu_model_runner.GPUModelRunner._update_states",
+    )
+    rebind(
+        GPUModelRunner,
+        "sample_tokens",
+        sample_tokens_tagging_skipped_drafts,
+        patch_id="gpu_model_runner.GPUModelRunner.sample_tokens",
     )

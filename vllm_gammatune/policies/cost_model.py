@@ -37,13 +37,23 @@ OUTLIER_FACTOR = 5.0
 def weighted_line(samples, weights) -> tuple[float, float]:
     """(intercept, slope) >= 0 of the weighted least-squares line through
     ``samples`` = [(n, t)]; all the weight on one size gives slope 0."""
-    w = wn = wnn = wt = wnt = 0.0
+    sums = [0.0] * 5
     for (n, t), weight in zip(samples, weights):
-        w += weight
-        wn += weight * n
-        wnn += weight * n * n
-        wt += weight * t
-        wnt += weight * n * t
+        _accumulate(sums, weight, n, t)
+    return _line_from_sums(*sums)
+
+
+def _accumulate(sums: list[float], weight: float, n: float, t: float) -> None:
+    """Add one weighted sample to [w, w n, w n^2, w t, w n t]."""
+    sums[0] += weight
+    sums[1] += weight * n
+    sums[2] += weight * n * n
+    sums[3] += weight * t
+    sums[4] += weight * n * t
+
+
+def _line_from_sums(w: float, wn: float, wnn: float, wt: float,
+                    wnt: float) -> tuple[float, float]:
     if w <= 0.0:
         return 0.0, 0.0
     mean_n, mean_t = wn / w, wt / w
@@ -66,6 +76,14 @@ class BatchLocalLinearCost:
     batch sizes count most (with locality 3, a sample two octaves away, batch 4
     for batch 16, weighs 0.25%; one octave away, 5%).
 
+    The weighted sums behind each batch size's line are kept up to date as
+    samples arrive (decayed by ``memory``, the sample leaving the window
+    taken out), so a fit costs O(1) per step rather than a pass over the
+    window: the target fit changes every engine step, and the plugin plans
+    on every step, skipped ones included. Rounding from the running update
+    decays with the weights; a full pass rebuilds the sums every
+    ``window`` samples anyway.
+
     Args:
         memory: in (0, 1), weight kept per newer sample.
         locality: how fast weight falls per octave of batch size.
@@ -82,7 +100,9 @@ class BatchLocalLinearCost:
         self.min_samples = min_samples
         self.num_samples = 0
         self._samples: deque[tuple[int, int, float]] = deque(maxlen=window)
-        self._cache: dict[int, tuple[float, float]] = {}
+        #: batch size -> the weighted sums [w, w n, w n^2, w t, w n t] of its fit
+        self._sums: dict[int, list[float]] = {}
+        self._adds_since_rebuild = 0
 
     @property
     def ready(self) -> bool:
@@ -95,25 +115,43 @@ class BatchLocalLinearCost:
         if (self.num_samples >= OUTLIER_AFTER_SAMPLES
                 and seconds > OUTLIER_FACTOR * self.predict(num_tokens, batch_size)):
             return False
-        self._samples.append((max(1, batch_size), num_tokens, float(seconds)))
+        sample = (max(1, batch_size), num_tokens, float(seconds))
+        leaving = (self._samples[0] if len(self._samples) == self._samples.maxlen
+                   else None)
+        self._samples.append(sample)
         self.num_samples += 1
-        self._cache.clear()
+        self._adds_since_rebuild += 1
+        if self._adds_since_rebuild >= self._samples.maxlen:
+            self._sums.clear()  # rebuilt from the window on the next fit
+            self._adds_since_rebuild = 0
+        # its weight had reached memory**(window - 1); one more decay now
+        leaving_age_weight = self.memory ** len(self._samples)
+        for fit_batch_size, sums in self._sums.items():
+            for i in range(5):
+                sums[i] *= self.memory
+            _accumulate(sums, self._locality_weight(sample[0], fit_batch_size),
+                        sample[1], sample[2])
+            if leaving is not None:
+                _accumulate(sums, -leaving_age_weight
+                            * self._locality_weight(leaving[0], fit_batch_size),
+                            leaving[1], leaving[2])
         return True
+
+    def _locality_weight(self, sample_batch_size: int, batch_size: int) -> float:
+        return math.exp(-self.locality * abs(math.log2(sample_batch_size)
+                                             - math.log2(batch_size)))
 
     def coefficients(self, batch_size: int = 1) -> tuple[float, float]:
         """(intercept, slope), both >= 0, around ``batch_size``."""
         batch_size = max(1, batch_size)
-        cached = self._cache.get(batch_size)
-        if cached is not None:
-            return cached
-        count = len(self._samples)
-        octave = math.log2(batch_size)
-        weights = [self.memory ** (count - 1 - i)
-                   * math.exp(-self.locality * abs(math.log2(b) - octave))
-                   for i, (b, _, _) in enumerate(self._samples)]
-        result = weighted_line([(n, t) for _, n, t in self._samples], weights)
-        self._cache[batch_size] = result
-        return result
+        sums = self._sums.get(batch_size)
+        if sums is None:
+            sums = [0.0] * 5
+            for age, (b, n, t) in enumerate(reversed(self._samples)):
+                _accumulate(sums, self.memory ** age * self._locality_weight(b, batch_size),
+                            n, t)
+            self._sums[batch_size] = sums
+        return _line_from_sums(*sums)
 
     def predict(self, num_tokens: int, batch_size: int = 1) -> float:
         intercept, slope = self.coefficients(batch_size)
