@@ -34,15 +34,6 @@ OUTLIER_AFTER_SAMPLES = 8
 OUTLIER_FACTOR = 5.0
 
 
-def weighted_line(samples, weights) -> tuple[float, float]:
-    """(intercept, slope) >= 0 of the weighted least-squares line through
-    ``samples`` = [(n, t)]; all the weight on one size gives slope 0."""
-    sums = [0.0] * 5
-    for (n, t), weight in zip(samples, weights):
-        _accumulate(sums, weight, n, t)
-    return _line_from_sums(*sums)
-
-
 def _accumulate(sums: list[float], weight: float, n: float, t: float) -> None:
     """Add one weighted sample to [w, w n, w n^2, w t, w n t]."""
     sums[0] += weight
@@ -54,6 +45,8 @@ def _accumulate(sums: list[float], weight: float, n: float, t: float) -> None:
 
 def _line_from_sums(w: float, wn: float, wnn: float, wt: float,
                     wnt: float) -> tuple[float, float]:
+    """(intercept, slope) >= 0 of the weighted least-squares line whose
+    sums ``_accumulate`` built; all the weight on one size gives slope 0."""
     if w <= 0.0:
         return 0.0, 0.0
     mean_n, mean_t = wn / w, wt / w
