@@ -56,23 +56,27 @@ def metrics_by_name(llm) -> dict:
     }
 
 
+def executor(llm):
+    """The model executor of an in-process engine (``VLLM_ENABLE_V1_MULTIPROCESSING=0``)."""
+    return llm.llm_engine.engine_core.engine_core.model_executor
+
+
 def drafter(llm):
-    """The plugin's drafter inside an in-process engine (``VLLM_ENABLE_V1_MULTIPROCESSING=0``)."""
-    executor = llm.llm_engine.engine_core.engine_core.model_executor
-    return executor.driver_worker.worker.model_runner.drafter
+    """The plugin's drafter inside an in-process engine."""
+    return executor(llm).driver_worker.worker.model_runner.drafter
 
 
 def record_draft_fetches(llm) -> list:
     """Record every ``take_draft_token_ids`` round trip the engine core makes
     from now on (in-process engine); returns the list the answers go to."""
-    executor = llm.llm_engine.engine_core.engine_core.model_executor
+    engine_executor = executor(llm)
     fetched = []
-    original = executor.take_draft_token_ids
+    original = engine_executor.take_draft_token_ids
 
     def recording():
         answer = original()
         fetched.append(answer)
         return answer
 
-    executor.take_draft_token_ids = recording
+    engine_executor.take_draft_token_ids = recording
     return fetched

@@ -95,7 +95,6 @@ class BatchLocalLinearCost:
         self._samples: deque[tuple[int, int, float]] = deque(maxlen=window)
         #: batch size -> the weighted sums [w, w n, w n^2, w t, w n t] of its fit
         self._sums: dict[int, list[float]] = {}
-        self._adds_since_rebuild = 0
 
     @property
     def ready(self) -> bool:
@@ -113,10 +112,8 @@ class BatchLocalLinearCost:
                    else None)
         self._samples.append(sample)
         self.num_samples += 1
-        self._adds_since_rebuild += 1
-        if self._adds_since_rebuild >= self._samples.maxlen:
+        if self.num_samples % self._samples.maxlen == 0:
             self._sums.clear()  # rebuilt from the window on the next fit
-            self._adds_since_rebuild = 0
         # its weight had reached memory**(window - 1); one more decay now
         leaving_age_weight = self.memory ** len(self._samples)
         for fit_batch_size, sums in self._sums.items():
