@@ -303,8 +303,8 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
             # [num_reqs, max_num_blocks_per_req] the requests' KV blocks (CPU)
             self._block_rows = block_table.block_table.np[:len(req_ids)]
             self._kv_block_size = block_table.block_size
-            for req_id, start, blocks in zip(req_ids, step_starts, self._block_rows):
-                self.draft_kv_holes.inherit(req_id, start, blocks, self._kv_block_size)
+            for req_id, step_start, blocks in zip(req_ids, step_starts, self._block_rows):
+                self.draft_kv_holes.inherit(req_id, step_start, blocks, self._kv_block_size)
             catch_up_tokens = tuple(self.draft_kv_holes.catch_up_tokens(r, s)
                                     for r, s in zip(req_ids, step_starts))
             batch = BatchView(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from llm_helpers import PROMPTS, drafter, metrics_by_name, record_draft_fetches, running_llm
 from test_greedy_equality import MAX_TOKENS, check_spec_counters, reference  # noqa: F401
 
@@ -30,10 +32,16 @@ def counter(metrics, name) -> int:
 def test_measured_costs_greedy_equals_target(tiny, reference):  # noqa: F811
     spec = {"method": "gammatune_cost", "model": tiny["draft"], "num_speculative_tokens": 6}
     with running_llm(tiny["target"], spec) as llm:
+        started = time.perf_counter()
         got = generate(llm)
+        wall_us = (time.perf_counter() - started) * 1e6
         metrics = metrics_by_name(llm)
     assert got == reference
     check_spec_counters(metrics)
+    # the plugin's own time is a part of the run's (it once added a token
+    # position, not a start time, to the clock reading it subtracted)
+    plugin_us = counter(metrics, "vllm:gammatune_plugin_time_us")
+    assert 0 < plugin_us < wall_us
     # measured costs: the check against the clock runs and reports its scale
     scale = metrics["vllm:gammatune_cost_drafting_scale"].value
     assert 0.25 <= scale <= 4.0
