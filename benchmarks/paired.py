@@ -308,7 +308,7 @@ def pool_report(pooled: list[dict]) -> str:
              "Every round of every run is one paired observation (method tok/s over "
              "the baseline's in the same round); mean and 95% t-interval over all "
              "of them, and without each run's first round.", "",
-             "| batch | method | runs (rounds, mean ratio) | rounds | pooled ratio "
+             "| batch (served: concurrency) | method | runs (rounds, mean ratio) | rounds | pooled ratio "
              "[95% t-interval] | rounds after the first | pooled without first rounds |",
              "|---|---|---|---|---|---|---|"]
     for row in pooled:
@@ -319,11 +319,69 @@ def pool_report(pooled: list[dict]) -> str:
     return "\n".join(lines + [""])
 
 
+def is_served_run(directory: Path) -> bool:
+    return (not (directory / "paired.jsonl").exists()
+            and (directory / "serve_cells.jsonl").exists())
+
+
+def pool_directories(directories: list[Path]) -> tuple[list[dict], bool]:
+    """``pool`` of the runs in ``directories``, and whether they are served runs
+    (all of them or none: a concurrency is not a batch size)."""
+    served = {is_served_run(d) for d in directories}
+    if len(served) > 1:
+        raise ValueError("--pool: pool offline (paired.py) and served (serve_bench.py) "
+                         "runs separately")
+    return pool([read_run(d) for d in directories]), served == {True}
+
+
+def plot_pool(pooled: list[dict], path: Path, served: bool) -> None:
+    """Each method's pooled ratio against the batch size (or concurrency),
+    with its 95% interval, over all rounds and without first rounds."""
+    from report import _pyplot
+
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    methods = sorted({row["method"] for row in pooled})
+    for offset, method in enumerate(methods):
+        rows = sorted((r for r in pooled if r["method"] == method),
+                      key=lambda r: r["batch_size"])
+        for key, style, suffix in (("ratio", "o-", "all rounds"),
+                                   ("ratio_after_first", "s--", "without first rounds")):
+            points = [(r["batch_size"], r[key]) for r in rows if r[key] is not None]
+            if not points:
+                continue
+            shift = 1.0 + 0.04 * (2 * offset + (key != "ratio"))  # keep bars apart
+            xs = [size * shift for size, _ in points]
+            means = [interval[0] for _, interval in points]
+            errors = [[m - interval[1] for m, (_, interval) in zip(means, points)],
+                      [interval[2] - m for m, (_, interval) in zip(means, points)]]
+            ax.errorbar(xs, means, yerr=errors, fmt=style, capsize=3,
+                        label=f"{method}, {suffix}")
+    ax.axhline(1.0, color="grey", linewidth=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted({r["batch_size"] for r in pooled}))
+    ax.get_xaxis().set_major_formatter(plt.ScalarFormatter())
+    ax.set_xlabel("concurrency (served)" if served else "batch size (offline)")
+    ax.set_ylabel(f"tok/s over {pooled[0]['baseline']}'s, same round (95% CI)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def read_run(directory: Path) -> tuple[str, str, list[dict]]:
-    """A finished (or partial) ``paired.py`` run from its ``context.json`` and rows."""
+    """A finished (or partial) ``paired.py`` run from its ``context.json`` and
+    rows, or a ``serve_bench.py --rounds`` run (its ``serve_cells.jsonl``: one
+    observation per round and concurrency, the concurrency in the batch
+    column)."""
     args = json.loads((directory / "context.json").read_text())["args"]
     methods = args["methods"].split(",")
     ordered = baseline_first(methods, args.get("baseline"))
+    if is_served_run(directory):
+        from serve_bench import served_rows_as_batches
+
+        rows = served_rows_as_batches(read_jsonl(directory / "serve_cells.jsonl"))
+        return directory.name, ordered[0], summarize(rows, ordered, num_prompts=1)
     num_prompts = len(load_prompts(args["dataset"], args["per_category"], args["split"],
                                    args["limit"]))  # the run's prompt set
     rows = read_jsonl(directory / "paired.jsonl")
@@ -344,18 +402,24 @@ def main() -> None:
     parser.add_argument("--summary-only", action="store_true")
     parser.add_argument("--pool", metavar="DIR,DIR",
                         help="pool the per-round ratios of these runs (e.g. both start "
-                             "orders) into <out>/pooled.md; nothing runs")
+                             "orders) into <out>/pooled.md and pooled.json; nothing runs")
+    parser.add_argument("--plot", action="store_true",
+                        help="with --pool: also <out>/pooled.png (needs matplotlib)")
     args = parser.parse_args()
 
     if args.pool:
         try:
-            pooled = pool([read_run(Path(d)) for d in args.pool.split(",")])
+            pooled, served = pool_directories([Path(d) for d in args.pool.split(",")])
         except (ValueError, FileNotFoundError) as error:
             sys.exit(str(error))
-        Path(args.out).mkdir(parents=True, exist_ok=True)
-        path = Path(args.out) / "pooled.md"
-        path.write_text(pool_report(pooled))
-        print(path)
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "pooled.md").write_text(pool_report(pooled))
+        (out / "pooled.json").write_text(json.dumps(pooled, indent=1))
+        print(out / "pooled.md")
+        if args.plot and pooled:
+            plot_pool(pooled, out / "pooled.png", served=served)
+            print(out / "pooled.png")
         return
 
     from vllm_gammatune.evaluation import METHODS  # no vLLM import

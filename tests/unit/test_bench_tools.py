@@ -458,3 +458,39 @@ def test_paired_pool_joins_rounds_of_both_start_orders_and_drops_first_rounds():
     assert "| 4 | cost | fwd (3, 0.967); rev (3, 0.967) | 6 | 0.967 [" in text
     with pytest.raises(ValueError, match="different baselines \\(gammatune, no_spec\\)"):
         paired.pool([("a", "no_spec", summary(1.0)), ("b", "gammatune", summary(1.0))])
+
+
+def test_paired_pool_reads_served_runs_of_both_start_orders(tmp_path):
+    import json
+
+    def served_run(name, methods, baseline, durations):
+        """durations: per round, (no_spec seconds, cost seconds) at concurrency 4."""
+        directory = tmp_path / name
+        directory.mkdir()
+        (directory / "context.json").write_text(json.dumps(
+            {"args": {"methods": methods, "baseline": baseline}}))
+        rows = []
+        for round_index, (base, cost) in enumerate(durations):
+            for position, (method, seconds) in enumerate([("no_spec", base), ("cost", cost)]):
+                rows.append({"method": method, "round": round_index, "position": position,
+                             "concurrency": 4, "duration": seconds,
+                             "total_output_tokens": 1000, "metrics_delta": {}})
+        (directory / "serve_cells.jsonl").write_text(
+            "\n".join(json.dumps(r) for r in rows) + "\n")
+        return directory
+
+    a = served_run("a", "no_spec,cost", None, [(50, 40), (50, 50)])
+    b = served_run("b", "cost,no_spec", "no_spec", [(45, 50)])
+    assert [paired.read_run(d)[:2] for d in (a, b)] == [("a", "no_spec"), ("b", "no_spec")]
+    (row,), served = paired.pool_directories([a, b])
+    assert served
+    # ratios 1.25, 1.0 (a) and 0.9 (b): the served rounds pool like offline ones
+    assert (row["batch_size"], row["method"], row["rounds"]) == (4, "cost", 3)
+    assert row["ratio"][0] == pytest.approx((1.25 + 1.0 + 0.9) / 3)
+    assert row["ratio_after_first"][0] == pytest.approx(1.0)
+    # an offline run (paired.jsonl) is never pooled with served ones
+    offline = tmp_path / "offline"
+    offline.mkdir()
+    (offline / "paired.jsonl").write_text("")
+    with pytest.raises(ValueError, match="pool offline .* and served .* runs separately"):
+        paired.pool_directories([a, offline])
