@@ -418,7 +418,10 @@ def main() -> None:
         (out / "pooled.json").write_text(json.dumps(pooled, indent=1))
         print(out / "pooled.md")
         if args.plot and pooled:
-            plot_pool(pooled, out / "pooled.png", served=served)
+            try:
+                plot_pool(pooled, out / "pooled.png", served=served)
+            except ImportError:
+                sys.exit("--plot needs matplotlib: pip install '.[bench]'")
             print(out / "pooled.png")
         return
 
