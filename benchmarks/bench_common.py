@@ -124,13 +124,11 @@ def plan_cells(methods: list[str], ks: list[int], sizes: list[int],
     ``custom``: --spec configs by name (one k, 0; the config is the variant);
     ``variant_of(method)``: the parameter variant of a named method.
     """
-    from vllm_gammatune.evaluation import METHODS
+    from vllm_gammatune.evaluation import METHODS, check_method_names
 
+    check_method_names(methods, [*METHODS, *custom])
     plan = []
     for method in methods:
-        if method not in METHODS and method not in custom:
-            raise ValueError(f"--methods: unknown {method!r}; allowed: "
-                             f"{', '.join([*METHODS, *custom])}")
         variant = custom.get(method) or variant_of(method) or {}
         for k in [0] if method == "no_spec" or method in custom else ks:
             todo = [(size, t) for t in temperatures for size in sizes

@@ -135,10 +135,9 @@ def check_engines(methods: list[str], ks: list[int], baseline: str | None,
                   known: Iterable[str]) -> None:
     """What interleaved runs need: known methods (``NAME#2`` counts as NAME),
     each engine once, one k, a baseline among them."""
-    known = list(known)
-    for method in methods:
-        if method_name(method) not in known:
-            raise ValueError(f"--methods: unknown {method!r}; allowed: {', '.join(known)}")
+    from vllm_gammatune.evaluation import check_method_names
+
+    check_method_names(methods, known, name_of=method_name)
     if len(set(methods)) != len(methods):
         raise ValueError("--methods: each engine once (a second engine of one method: NAME#2)")
     if len(ks) != 1:

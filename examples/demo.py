@@ -20,9 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from vllm_gammatune.evaluation import METHODS
-
-METHOD_NAMES = sorted(METHODS)
+from vllm_gammatune.evaluation import METHODS, check_method_names
 
 PROMPTS = [
     ("code", "Write a Python function that checks whether a string is a palindrome."),
@@ -50,9 +48,10 @@ def main() -> None:
     parser.add_argument("--max-model-len", type=int, default=4096)
     args = parser.parse_args()
     methods = args.methods.split(",")
-    unknown = [m for m in methods if m not in METHOD_NAMES]
-    if unknown:
-        parser.error(f"--methods: unknown {unknown}; allowed: {', '.join(METHOD_NAMES)}")
+    try:
+        check_method_names(methods)
+    except ValueError as error:
+        parser.error(str(error))
     try:
         batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
     except ValueError:

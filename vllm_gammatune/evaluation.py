@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -71,6 +71,17 @@ METHODS: dict[str, MethodFactory] = {
         "method": "adasd", "model": draft, "num_speculative_tokens": 20,
         "adasd_mode": "verification"},
 }
+
+def check_method_names(methods: Iterable[str], allowed: Iterable[str] = METHODS,
+                       name_of: Callable[[str], str] = str) -> None:
+    """Every ``--methods`` entry names an allowed method (``name_of``: the
+    method an entry stands for, e.g. ``NAME#2`` -> ``NAME``); ValueError
+    naming the field, the entry and the allowed values otherwise."""
+    allowed = list(allowed)
+    for method in methods:
+        if name_of(method) not in allowed:
+            raise ValueError(f"--methods: unknown {method!r}; allowed: {', '.join(allowed)}")
+
 
 _COUNTERS = {
     "drafts": "vllm:spec_decode_num_drafts",

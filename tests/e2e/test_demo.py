@@ -18,7 +18,7 @@ DEMO = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "demo.py"
 
 def run_demo(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, DEMO, *args], capture_output=True, text=True,
-                          timeout=timeout, env=dict(os.environ))
+                          timeout=timeout)
 
 
 def table_rows(stdout: str) -> dict[int, dict[str, list[str]]]:
