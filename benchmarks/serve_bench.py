@@ -24,7 +24,11 @@ server in turn, the first rotating, so the machine's drift over minutes
 cancels in the per-round ratios (``paired.py`` does the same offline).
 Rows carry ``round`` and ``position``; ``serve_paired.md`` has the ratios to
 the first method with a 95% t-interval over rounds. ``no_spec#2`` names a
-second server of ``no_spec`` (A/A).
+second server of ``no_spec`` (A/A). ``--fresh-servers`` keeps one server
+alive at a time instead, started afresh for each method in each round, so a
+server instance's own speed varies between rounds (inside the interval) rather
+than favouring one method for the whole run; ``--warmup-cell`` precedes each
+measured cell by one unmeasured run of the same client (steady state).
 
     python benchmarks/serve_bench.py --out benchmarks/results/issue6_paired/served \
         --methods no_spec,gammatune_cost --k 8 --concurrency 4,16 --rounds 4
@@ -320,6 +324,14 @@ def main() -> None:
                              "NAME#2 is a second server of NAME); serve_paired.md")
     parser.add_argument("--baseline", help="--rounds: the method the others are compared "
                         "with (default: the first of --methods, which also starts first)")
+    parser.add_argument("--fresh-servers", action="store_true",
+                        help="--rounds: one server alive at a time, started afresh for each "
+                             "method in each round (the order rotating), so a server "
+                             "instance's own speed falls inside the interval over rounds")
+    parser.add_argument("--warmup-cell", action="store_true",
+                        help="before each measured cell, run the same client once more "
+                             "unmeasured at that concurrency (steady state: warm caches, "
+                             "the method's statistics and cost fit learned)")
     args = parser.parse_args()
     # a SIGTERM unwinds like Ctrl-C, so the server's process group is stopped
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -343,6 +355,8 @@ def main() -> None:
     from vllm_gammatune.evaluation import METHODS
 
     try:
+        if (args.fresh_servers or args.warmup_cell) and not args.rounds:
+            raise ValueError("--fresh-servers and --warmup-cell need --rounds")
         if args.rounds:  # the cells are planned per round (run_interleaved)
             check_engines(methods, parse_ks(args.k), args.baseline, [*METHODS, *custom])
         else:
@@ -364,7 +378,8 @@ def main() -> None:
 
     cell = Cell(args, target, dataset, num_prompts, env, results, out, context["date"])
     if args.rounds:
-        run_interleaved(args, methods, spec_of, concurrencies, temperatures, cell, out)
+        run = run_fresh_servers if args.fresh_servers else run_interleaved
+        run(args, methods, spec_of, concurrencies, temperatures, cell, out)
         return
     total = sum(len(todo) for _, _, todo, _ in plan)
     finished, started_all = 0, time.time()
@@ -415,6 +430,18 @@ class Cell:
         self.args, self.target, self.dataset = args, target, dataset
         self.num_prompts, self.env, self.results, self.out = num_prompts, env, results, out
         self.run_date = run_date
+
+    def warm(self, server: Server, concurrency: int, temperature: float, name: str) -> None:
+        """The client once, unmeasured (``--warmup-cell``): its result file is kept
+        under ``client/`` for inspection but no row is written."""
+        run = subprocess.run(
+            client_command(self.args, self.target, server.port, self.dataset, self.num_prompts,
+                           concurrency, temperature, self.out / "client", "warmup_" + name),
+            env=self.env, capture_output=True, text=True)
+        (self.out / "logs" / f"warmup_{name}.client.log").write_text(run.stdout + run.stderr)
+        if run.returncode != 0:
+            raise RuntimeError(f"warm-up bench serve failed ({run.returncode}):\n"
+                               + (run.stdout + run.stderr)[-3000:])
 
     def run(self, server: Server, key: str, method: str, k: int, concurrency: int,
             temperature: float, spec, variant, name: str, **extra) -> dict:
@@ -475,15 +502,60 @@ def run_interleaved(args, methods, spec_of, concurrencies, temperatures, cell: C
                             continue
                         print(f"[serve_bench] round {round_index + 1}/{args.rounds}: {key}",
                               file=sys.stderr)
+                        name = (f"{method.replace('#', '_')}_c{concurrency}_t{temperature}"
+                                f"_r{round_index}.json")
+                        if args.warmup_cell:
+                            cell.warm(servers[method], concurrency, temperature, name)
                         cell.run(servers[method], key, method, k, concurrency, temperature,
-                                 spec_of(method, k), {},
-                                 f"{method.replace('#', '_')}_c{concurrency}_t{temperature}"
-                                 f"_r{round_index}.json",
+                                 spec_of(method, k), {}, name,
                                  round=round_index, position=position)
             write_served_summary(out, methods, args.baseline)
     finally:
         for server in servers.values():
             server.stop()
+    print(write_served_summary(out, methods, args.baseline), file=sys.stderr)
+
+
+def run_fresh_servers(args, methods, spec_of, concurrencies, temperatures, cell: Cell,
+                      out: Path) -> None:
+    """``--rounds`` with ``--fresh-servers``: one server alive at a time. Each round
+    starts every method's server in turn (the first rotating by round,
+    ``paired.engine_order``), runs every concurrency against it and stops it, so
+    nothing of one server competes with the other for the two cores, and whatever
+    a server instance's own speed is (where its memory landed) varies from round
+    to round and is inside the interval instead of biasing one method for the
+    whole run. Each server pays its start-up warm-up request; with
+    ``--warmup-cell`` each measured cell follows an unmeasured run of the same
+    client, as rounds after the first do with long-lived servers."""
+    import paired
+
+    k = parse_ks(args.k)[0]
+    for round_index in range(args.rounds):
+        for position, method in enumerate(paired.engine_order(methods, round_index, 0)):
+            done = done_keys(cell.results)
+            todo = [(concurrency, temperature, cell_key(method, k, concurrency, temperature,
+                                                        size_name="c") + f"|round={round_index}")
+                    for concurrency in concurrencies for temperature in temperatures]
+            todo = [item for item in todo if item[2] not in done]
+            if not todo:
+                continue
+            slug = method.replace("#", "_")
+            server = start_server(args, cell.target, spec_of(method, k), cell.env, out,
+                                  f"{slug}_r{round_index}")
+            try:
+                for concurrency, temperature, key in todo:
+                    name = f"{slug}_c{concurrency}_t{temperature}_r{round_index}.json"
+                    print(f"[serve_bench] round {round_index + 1}/{args.rounds}: {key} "
+                          f"(fresh server{', after a warm-up cell' if args.warmup_cell else ''})",
+                          file=sys.stderr)
+                    if args.warmup_cell:
+                        cell.warm(server, concurrency, temperature, name)
+                    cell.run(server, key, method, k, concurrency, temperature,
+                             spec_of(method, k), {}, name, round=round_index,
+                             position=position)
+            finally:
+                server.stop()
+        write_served_summary(out, methods, args.baseline)
     print(write_served_summary(out, methods, args.baseline), file=sys.stderr)
 
 

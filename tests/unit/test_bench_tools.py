@@ -494,3 +494,63 @@ def test_paired_pool_reads_served_runs_of_both_start_orders(tmp_path):
     (offline / "paired.jsonl").write_text("")
     with pytest.raises(ValueError, match="pool offline .* and served .* runs separately"):
         paired.pool_directories([a, offline])
+
+
+def test_fresh_servers_keeps_one_server_alive_and_resumes(tmp_path, monkeypatch):
+    """``serve_bench --fresh-servers``: one server at a time, the first rotating by
+    round, a warm-up client run before each measured cell, done cells skipped."""
+    import argparse
+
+    events, alive = [], set()
+
+    class FakeServer:
+        def __init__(self, slug):
+            self.slug = slug
+
+        def stop(self):
+            alive.discard(self.slug)
+            events.append(("stop", self.slug))
+
+    def fake_start(args, target, spec, env, out, slug):
+        assert not alive, f"{slug} started while {alive} still up"
+        alive.add(slug)
+        events.append(("start", slug))
+        return FakeServer(slug)
+
+    class FakeCell:
+        target, env, results = "t", {}, tmp_path / "serve_cells.jsonl"
+
+        def warm(self, server, concurrency, temperature, name):
+            events.append(("warm", server.slug, concurrency))
+
+        def run(self, server, key, method, k, concurrency, temperature, spec, variant, name,
+                **extra):
+            events.append(("run", server.slug, concurrency))
+            serve_bench.append_row(self.results, {"key": key, **extra})
+
+    monkeypatch.setattr(serve_bench, "start_server", fake_start)
+    monkeypatch.setattr(serve_bench, "write_served_summary",
+                        lambda *a: tmp_path / "serve_paired.md")
+    args = argparse.Namespace(k="8", rounds=2, warmup_cell=True, baseline=None)
+    # round 0 of no_spec at concurrency 4 already measured (a resumed run)
+    FakeCell.results.write_text(json.dumps(
+        {"key": "no_spec|k=8|c=4|t=0.0|round=0"}) + "\n")
+    serve_bench.run_fresh_servers(args, ["no_spec", "cost"], lambda m, k: None, [4, 16],
+                                  [0.0], FakeCell(), tmp_path)
+    assert events == [
+        ("start", "no_spec_r0"), ("warm", "no_spec_r0", 16), ("run", "no_spec_r0", 16),
+        ("stop", "no_spec_r0"),
+        ("start", "cost_r0"), ("warm", "cost_r0", 4), ("run", "cost_r0", 4),
+        ("warm", "cost_r0", 16), ("run", "cost_r0", 16), ("stop", "cost_r0"),
+        ("start", "cost_r1"), ("warm", "cost_r1", 4), ("run", "cost_r1", 4),
+        ("warm", "cost_r1", 16), ("run", "cost_r1", 16), ("stop", "cost_r1"),
+        ("start", "no_spec_r1"), ("warm", "no_spec_r1", 4), ("run", "no_spec_r1", 4),
+        ("warm", "no_spec_r1", 16), ("run", "no_spec_r1", 16), ("stop", "no_spec_r1"),
+    ]
+    rows = [json.loads(line) for line in FakeCell.results.read_text().splitlines()]
+    assert [(r.get("round"), r.get("position")) for r in rows[1:]] == [
+        (0, 0), (0, 1), (0, 1), (1, 0), (1, 0), (1, 1), (1, 1)]
+    events.clear()  # everything done: nothing starts again
+    serve_bench.run_fresh_servers(args, ["no_spec", "cost"], lambda m, k: None, [4, 16],
+                                  [0.0], FakeCell(), tmp_path)
+    assert events == []
