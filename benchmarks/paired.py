@@ -227,13 +227,17 @@ def summarize(rows: list[dict], methods: list[str], num_prompts: int) -> list[di
     return summary
 
 
+#: how ``report`` describes the design of a run (the default: engines alive at once)
+ALIVE_AT_ONCE = ("Every engine alive at once (offline: in one process; served: one server "
+                 "each); each batch of prompts (served: each client run) goes to every "
+                 "engine back to back, the first engine rotating.")
+
+
 def report(summary: list[dict], baseline: str, title: str,
-           started: list[str] | None = None) -> str:
+           started: list[str] | None = None, design: str = ALIVE_AT_ONCE) -> str:
     lines = [f"# Interleaved paired runs against `{baseline}` ({title})", "",
              *([f"Engines started in the order {', '.join(started)}.", ""] if started else []),
-             "Every engine alive at once (offline: in one process; served: one server "
-             "each); each batch of prompts (served: each client run) goes to every engine "
-             "back to back, the first engine rotating. A round is the whole prompt set at "
+             f"{design} A round is the whole prompt set at "
              "one size. Ratio: method tok/s over the baseline's in the same round; mean "
              "and 95% t-interval over rounds.", "",
              "| batch | method | rounds | tok/s per round | ratio per round | "

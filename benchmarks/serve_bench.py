@@ -583,8 +583,20 @@ def write_served_summary(out: Path, methods: list[str], baseline: str | None = N
     ordered = paired.baseline_first(methods, baseline)
     # one "batch" per round and concurrency: 1 prompt in batches of the concurrency
     summary = paired.summarize(rows, ordered, num_prompts=1)
+    run_args = (json.loads((out / "context.json").read_text()).get("args", {})
+                if (out / "context.json").exists() else {})
+    if run_args.get("fresh_servers"):
+        started, design = None, (
+            "One server alive at a time (`--fresh-servers`): in each round every "
+            "method's server is started afresh in turn, the first rotating by round, runs "
+            "every concurrency and is stopped"
+            + ("; each measured client run follows an unmeasured one of the same "
+               "prompts (`--warmup-cell`)." if run_args.get("warmup_cell") else "."))
+    else:
+        started, design = methods, paired.ALIVE_AT_ONCE
     path = out / "serve_paired.md"
-    path.write_text(paired.report(summary, ordered[0], out.name, started=methods)
+    path.write_text(paired.report(summary, ordered[0], out.name, started=started,
+                                  design=design)
                     .replace("| batch |", "| concurrency |", 1))
     return path
 

@@ -427,6 +427,14 @@ def test_served_interleaved_rows_summarised_per_round(tmp_path):
     text = serve_bench.write_served_summary(tmp_path, ["cost", "no_spec"], "no_spec").read_text()
     assert "started in the order cost, no_spec" in text
     assert next(li for li in text.splitlines() if "| cost |" in li) == line
+    assert "Every engine alive at once" in text
+    # a --fresh-servers run says so instead (its context.json has the arguments)
+    (tmp_path / "context.json").write_text(json.dumps(
+        {"args": {"fresh_servers": True, "warmup_cell": True}}))
+    text = serve_bench.write_served_summary(tmp_path, ["no_spec", "cost"]).read_text()
+    assert "One server alive at a time" in text and "(`--warmup-cell`)" in text
+    assert "alive at once" not in text and "started in the order" not in text
+    assert next(li for li in text.splitlines() if "| cost |" in li) == line
     known = ["cost", "no_spec"]
     paired.check_engines(["no_spec", "no_spec#2", "cost"], [8], "no_spec", known)
     with pytest.raises(ValueError, match="--baseline 'other'"):
