@@ -431,17 +431,39 @@ class Cell:
         self.num_prompts, self.env, self.results, self.out = num_prompts, env, results, out
         self.run_date = run_date
 
+    def _client(self, server: Server, concurrency: int, temperature: float,
+                result_name: str, what: str) -> None:
+        """vLLM's client once against ``server``; its output in ``logs/``,
+        its result in ``client/<result_name>``; RuntimeError if it fails."""
+        run = subprocess.run(
+            client_command(self.args, self.target, server.port, self.dataset, self.num_prompts,
+                           concurrency, temperature, self.out / "client", result_name),
+            env=self.env, capture_output=True, text=True)
+        (self.out / "logs" / f"{result_name}.client.log").write_text(run.stdout + run.stderr)
+        if run.returncode != 0:
+            raise RuntimeError(f"{what} failed ({run.returncode}):\n"
+                               + (run.stdout + run.stderr)[-3000:])
+
     def warm(self, server: Server, concurrency: int, temperature: float, name: str) -> None:
         """The client once, unmeasured (``--warmup-cell``): its result file is kept
         under ``client/`` for inspection but no row is written."""
-        run = subprocess.run(
-            client_command(self.args, self.target, server.port, self.dataset, self.num_prompts,
-                           concurrency, temperature, self.out / "client", "warmup_" + name),
-            env=self.env, capture_output=True, text=True)
-        (self.out / "logs" / f"warmup_{name}.client.log").write_text(run.stdout + run.stderr)
-        if run.returncode != 0:
-            raise RuntimeError(f"warm-up bench serve failed ({run.returncode}):\n"
-                               + (run.stdout + run.stderr)[-3000:])
+        self._client(server, concurrency, temperature, "warmup_" + name,
+                     "warm-up bench serve")
+
+    def run_round(self, server: Server, method: str, k: int, concurrency: int,
+                  temperature: float, spec, round_index: int, position: int,
+                  note: str = "") -> dict:
+        """One cell of an interleaved run (``--rounds``), after an unmeasured one
+        with ``--warmup-cell``."""
+        args = self.args
+        key = round_cell_key(method, k, concurrency, temperature, round_index)
+        name = f"{method.replace('#', '_')}_c{concurrency}_t{temperature}_r{round_index}.json"
+        print(f"[serve_bench] round {round_index + 1}/{args.rounds}: {key}{note}"
+              + (" (after a warm-up cell)" if args.warmup_cell else ""), file=sys.stderr)
+        if args.warmup_cell:
+            self.warm(server, concurrency, temperature, name)
+        return self.run(server, key, method, k, concurrency, temperature, spec, {}, name,
+                        round=round_index, position=position)
 
     def run(self, server: Server, key: str, method: str, k: int, concurrency: int,
             temperature: float, spec, variant, name: str, **extra) -> dict:
@@ -449,14 +471,7 @@ class Cell:
         before = parse_metrics(http_get(server.base + "/metrics"))
         started = time.time()
         with PeakRss(server.proc.pid) as rss:
-            run = subprocess.run(
-                client_command(args, self.target, server.port, self.dataset, self.num_prompts,
-                               concurrency, temperature, out / "client", name),
-                env=self.env, capture_output=True, text=True)
-        (out / "logs" / f"{name}.client.log").write_text(run.stdout + run.stderr)
-        if run.returncode != 0:
-            raise RuntimeError(f"bench serve failed ({run.returncode}):\n"
-                               + (run.stdout + run.stderr)[-3000:])
+            self._client(server, concurrency, temperature, name, "bench serve")
         after = parse_metrics(http_get(server.base + "/metrics"))
         client = json.loads((out / "client" / name).read_text())
         delta = metrics_delta(before, after)
@@ -474,6 +489,12 @@ class Cell:
               f"TPOT {row['median_tpot_ms'] or float('nan'):.1f} ms (median), "
               f"peak RSS {row['peak_rss_gib']:.2f} GiB", file=sys.stderr)
         return row
+
+
+def round_cell_key(method: str, k: int, concurrency: int, temperature: float,
+                   round_index: int) -> str:
+    """A cell's key in an interleaved run (``--rounds``)."""
+    return cell_key(method, k, concurrency, temperature, size_name="c") + f"|round={round_index}"
 
 
 def run_interleaved(args, methods, spec_of, concurrencies, temperatures, cell: Cell,
@@ -496,19 +517,11 @@ def run_interleaved(args, methods, spec_of, concurrencies, temperatures, cell: C
                 for temperature in temperatures:
                     order = paired.engine_order(methods, round_index, ci)
                     for position, method in enumerate(order):
-                        key = (cell_key(method, k, concurrency, temperature, size_name="c")
-                               + f"|round={round_index}")
-                        if key in done:
+                        if round_cell_key(method, k, concurrency, temperature,
+                                          round_index) in done:
                             continue
-                        print(f"[serve_bench] round {round_index + 1}/{args.rounds}: {key}",
-                              file=sys.stderr)
-                        name = (f"{method.replace('#', '_')}_c{concurrency}_t{temperature}"
-                                f"_r{round_index}.json")
-                        if args.warmup_cell:
-                            cell.warm(servers[method], concurrency, temperature, name)
-                        cell.run(servers[method], key, method, k, concurrency, temperature,
-                                 spec_of(method, k), {}, name,
-                                 round=round_index, position=position)
+                        cell.run_round(servers[method], method, k, concurrency, temperature,
+                                       spec_of(method, k), round_index, position)
             write_served_summary(out, methods, args.baseline)
     finally:
         for server in servers.values():
@@ -530,29 +543,22 @@ def run_fresh_servers(args, methods, spec_of, concurrencies, temperatures, cell:
     import paired
 
     k = parse_ks(args.k)[0]
+    done = done_keys(cell.results)
     for round_index in range(args.rounds):
         for position, method in enumerate(paired.engine_order(methods, round_index, 0)):
-            done = done_keys(cell.results)
-            todo = [(concurrency, temperature, cell_key(method, k, concurrency, temperature,
-                                                        size_name="c") + f"|round={round_index}")
-                    for concurrency in concurrencies for temperature in temperatures]
-            todo = [item for item in todo if item[2] not in done]
+            todo = [(concurrency, temperature)
+                    for concurrency in concurrencies for temperature in temperatures
+                    if round_cell_key(method, k, concurrency, temperature,
+                                      round_index) not in done]
             if not todo:
                 continue
-            slug = method.replace("#", "_")
             server = start_server(args, cell.target, spec_of(method, k), cell.env, out,
-                                  f"{slug}_r{round_index}")
+                                  f"{method.replace('#', '_')}_r{round_index}")
             try:
-                for concurrency, temperature, key in todo:
-                    name = f"{slug}_c{concurrency}_t{temperature}_r{round_index}.json"
-                    print(f"[serve_bench] round {round_index + 1}/{args.rounds}: {key} "
-                          f"(fresh server{', after a warm-up cell' if args.warmup_cell else ''})",
-                          file=sys.stderr)
-                    if args.warmup_cell:
-                        cell.warm(server, concurrency, temperature, name)
-                    cell.run(server, key, method, k, concurrency, temperature,
-                             spec_of(method, k), {}, name, round=round_index,
-                             position=position)
+                for concurrency, temperature in todo:
+                    cell.run_round(server, method, k, concurrency, temperature,
+                                   spec_of(method, k), round_index, position,
+                                   note=" (fresh server)")
             finally:
                 server.stop()
         write_served_summary(out, methods, args.baseline)

@@ -72,6 +72,7 @@ METHODS: dict[str, MethodFactory] = {
         "adasd_mode": "verification"},
 }
 
+
 def check_method_names(methods: Iterable[str], allowed: Iterable[str] = METHODS,
                        name_of: Callable[[str], str] = str) -> None:
     """Every ``--methods`` entry names an allowed method (``name_of``: the

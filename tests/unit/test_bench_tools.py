@@ -525,8 +525,13 @@ def test_fresh_servers_keeps_one_server_alive_and_resumes(tmp_path, monkeypatch)
         events.append(("start", slug))
         return FakeServer(slug)
 
-    class FakeCell:
-        target, env, results = "t", {}, tmp_path / "serve_cells.jsonl"
+    run_args = argparse.Namespace(k="8", rounds=2, warmup_cell=True, baseline=None)
+
+    class FakeCell(serve_bench.Cell):  # the real run_round; no client, no server
+        target, env, results, args = "t", {}, tmp_path / "serve_cells.jsonl", run_args
+
+        def __init__(self):
+            pass
 
         def warm(self, server, concurrency, temperature, name):
             events.append(("warm", server.slug, concurrency))
@@ -539,11 +544,10 @@ def test_fresh_servers_keeps_one_server_alive_and_resumes(tmp_path, monkeypatch)
     monkeypatch.setattr(serve_bench, "start_server", fake_start)
     monkeypatch.setattr(serve_bench, "write_served_summary",
                         lambda *a: tmp_path / "serve_paired.md")
-    args = argparse.Namespace(k="8", rounds=2, warmup_cell=True, baseline=None)
     # round 0 of no_spec at concurrency 4 already measured (a resumed run)
     FakeCell.results.write_text(json.dumps(
         {"key": "no_spec|k=8|c=4|t=0.0|round=0"}) + "\n")
-    serve_bench.run_fresh_servers(args, ["no_spec", "cost"], lambda m, k: None, [4, 16],
+    serve_bench.run_fresh_servers(run_args, ["no_spec", "cost"], lambda m, k: None, [4, 16],
                                   [0.0], FakeCell(), tmp_path)
     assert events == [
         ("start", "no_spec_r0"), ("warm", "no_spec_r0", 16), ("run", "no_spec_r0", 16),
@@ -559,6 +563,6 @@ def test_fresh_servers_keeps_one_server_alive_and_resumes(tmp_path, monkeypatch)
     assert [(r.get("round"), r.get("position")) for r in rows[1:]] == [
         (0, 0), (0, 1), (0, 1), (1, 0), (1, 0), (1, 1), (1, 1)]
     events.clear()  # everything done: nothing starts again
-    serve_bench.run_fresh_servers(args, ["no_spec", "cost"], lambda m, k: None, [4, 16],
+    serve_bench.run_fresh_servers(run_args, ["no_spec", "cost"], lambda m, k: None, [4, 16],
                                   [0.0], FakeCell(), tmp_path)
     assert events == []
