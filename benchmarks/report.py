@@ -343,10 +343,12 @@ def plot_by_batch(rows: list[dict], path: Path) -> bool:
 
 
 def load_trace(path: Path) -> dict[str, list[dict]]:
-    """A ``VLLM_GAMMATUNE_TRACE`` file -> {req_id: steps sorted by step}."""
+    """A ``VLLM_GAMMATUNE_TRACE`` file -> {req_id: steps sorted by step}
+    (engine-step lines, ``"event": "plan"``, are left out)."""
     by_request = defaultdict(list)
     for row in read_jsonl(path):
-        by_request[row["req_id"]].append(row)
+        if "req_id" in row:
+            by_request[row["req_id"]].append(row)
     return {req: sorted(steps, key=lambda r: r["step"]) for req, steps in by_request.items()}
 
 

@@ -257,6 +257,8 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
                    for k in self.policy.plan_batch(states, batch)]
         if self._cost_aware:
             planned = self._same_plan_on_every_rank(planned)
+            if self.policy.last_decision is not None:  # VLLM_GAMMATUNE_TRACE only
+                trace.record_step(self.policy.last_decision)
         policy = self.policy
         if isinstance(policy, AdaSDPolicy):
             thresholds = None

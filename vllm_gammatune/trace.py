@@ -6,7 +6,10 @@ one JSON line per verified draft to ``<path>``::
 
     {"req_id": "...", "step": 3, "num_draft_tokens": 5, "num_accepted_tokens": 2}
 
-``step`` counts the request's verifications from 1. Lines are buffered in
+``step`` counts the request's verifications from 1. With ``gammatune_cost``
+the proposer also appends one line per engine step with what the policy
+decided (``record_step``: ``{"event": "plan", ...}``, the fields of
+``CostAwarePolicy.StepDecision``), so a trace shows why a step drafted. Lines are buffered in
 memory and appended to the file every ``FLUSH_SECONDS`` by a daemon thread
 (vLLM may SIGKILL an idle worker at shutdown, which skips ``atexit``), when
 ``FLUSH_EVERY`` lines are waiting, and at process exit. Without the
@@ -17,6 +20,7 @@ Several processes may append to one path (each writes whole lines).
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import json
 import os
 import threading
@@ -57,6 +61,13 @@ class TraceWriter:
                 "req_id": req_id, "step": step,
                 "num_draft_tokens": int(num_draft_tokens),
                 "num_accepted_tokens": int(num_accepted_tokens)}))
+            due = len(self._lines) >= FLUSH_EVERY
+        if due:
+            self.flush()
+
+    def record_step(self, fields: dict) -> None:
+        with self._lock:
+            self._lines.append(json.dumps({"event": "plan", **fields}))
             due = len(self._lines) >= FLUSH_EVERY
         if due:
             self.flush()
@@ -103,6 +114,16 @@ def record(req_id: str, num_draft_tokens: int, num_accepted_tokens: int) -> None
     trace = writer()
     if trace is not None:
         trace.record(req_id, num_draft_tokens, num_accepted_tokens)
+
+
+def record_step(decision) -> None:
+    """Append one engine step's decision (a dataclass) to the trace (no-op
+    when off)."""
+    if _resolved and _writer is None:
+        return
+    trace = writer()
+    if trace is not None:
+        trace.record_step(dataclasses.asdict(decision))
 
 
 def _reset_for_tests() -> None:

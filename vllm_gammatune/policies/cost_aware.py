@@ -153,6 +153,39 @@ class _StepCosts:
     catch_up_per_token: float
 
 
+@dataclass(frozen=True)
+class StepDecision:
+    """What one ``plan_batch`` decided and why (for traces and debugging).
+
+    ``kind``: "warmup" (costs not measured yet), "skip" (no request drafts),
+    "draft" (drafting for its own sake, probes may join) or "probe" (only
+    probes draft). ``predicted_tokens`` / ``predicted_seconds``: the model's
+    expectation of the chosen plan, before the measured correction
+    ``drafting_scale`` (1.0 while ``informed`` is False: fewer than
+    ``CycleCheck.min_cycles`` drafted cycles measured at this batch size).
+    ``catch_up_tokens``: the missed positions of the requests that draft.
+    ``measured_tokens`` / ``measured_seconds``: the previous plan's cycle as
+    the clock measured it (None if it was not measured whole);
+    ``previous_cycle_seconds``: its seconds even when it was not (a batch
+    change, a prefill chunk or more than ``OUTLIER_FACTOR`` times the
+    prediction left it out of the check).
+    """
+
+    batch_size: int
+    kind: str
+    num_draft_tokens: int
+    max_num_draft_tokens: int
+    num_probes: int
+    catch_up_tokens: int
+    predicted_tokens: float
+    predicted_seconds: float
+    drafting_scale: float
+    informed: bool
+    measured_tokens: int | None
+    measured_seconds: float | None
+    previous_cycle_seconds: float | None
+
+
 @dataclass
 class CostAwareState:
     #: decayed count of accepted draft tokens
@@ -240,6 +273,8 @@ class CostAwarePolicy(DraftLengthPolicy):
         self._drafts_after_prompt = 0.0
         #: whether the last planned step had a prompt chunk
         self._after_prompt = False
+        #: what the last ``plan_batch`` decided (``StepDecision``)
+        self.last_decision: StepDecision | None = None
 
     # -- step costs, fed by the proposer ------------------------------------
     def observe_target_step(self, num_scheduled_tokens: int, seconds: float,
@@ -312,6 +347,7 @@ class CostAwarePolicy(DraftLengthPolicy):
         if not (self.target_cost.ready and self.draft_cost.ready):
             plan = [self.warmup_num_draft_tokens] * len(states)
             self._advance_probing(states, plan, [False] * len(states))
+            self._decide("warmup", plan, [False] * len(plan), batch, 0.0, 0.0, measured)
             return plan
         rates = [self.acceptance_rate(s) for s in states]
         if batch.has_prefill:
@@ -357,7 +393,25 @@ class CostAwarePolicy(DraftLengthPolicy):
         self._advance_probing(states, plan, probes)
         if self.cycle_check is not None:
             self.cycle_check.open(len(states), max(probed, default=0), tokens, seconds)
+        kind = "draft" if max(plan, default=0) > 0 else "probe" if any(probes) else "skip"
+        self._decide(kind, probed, probes, batch, tokens, seconds, measured)
         return probed
+
+    def _decide(self, kind, plan, probes, batch, tokens, seconds, measured) -> None:
+        """Keep ``last_decision`` (what ``plan_batch`` chose, for traces)."""
+        num_reqs = len(plan)
+        catch_up = list(batch.catch_up_tokens) or [0] * num_reqs
+        check = self.cycle_check
+        self.last_decision = StepDecision(
+            batch_size=num_reqs, kind=kind, num_draft_tokens=sum(plan),
+            max_num_draft_tokens=max(plan, default=0), num_probes=sum(probes),
+            catch_up_tokens=sum(m for k, m in zip(plan, catch_up) if k),
+            predicted_tokens=tokens, predicted_seconds=seconds,
+            drafting_scale=1.0 if check is None else check.drafting_scale(num_reqs),
+            informed=check is not None and check.is_informed(num_reqs),
+            measured_tokens=None if measured is None else measured.tokens,
+            measured_seconds=None if measured is None else measured.seconds,
+            previous_cycle_seconds=None if check is None else check.last_seconds)
 
     def _prompt_step_plan(self, states: list[CostAwareState], batch: BatchView,
                           rates: list[float]) -> list[int]:

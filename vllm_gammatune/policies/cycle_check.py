@@ -101,6 +101,9 @@ class CycleCheck:
         #: (batch size, drafted) -> sums
         self._sums: dict[tuple[int, bool], _Sums] = {}
         self._open: _OpenCycle | None = None
+        #: seconds of the cycle ``close`` last ended, whether or not it was
+        #: measured whole (for traces; None: there was no open cycle)
+        self.last_seconds: float | None = None
 
     # -- one cycle ----------------------------------------------------------
     def open(self, batch_size: int, num_draft_passes: int, predicted_tokens: float,
@@ -137,9 +140,11 @@ class CycleCheck:
         """End the open cycle; what it measured if it was measured whole (and
         recorded), else None."""
         cycle, self._open = self._open, None
+        self.last_seconds = None
         if cycle is None:
             return None
         seconds = cycle.seconds if cycle.wall_seconds is None else cycle.wall_seconds
+        self.last_seconds = seconds
         if (cycle.target_batch_size != cycle.batch_size
                 or cycle.draft_passes_timed != cycle.num_draft_passes
                 or cycle.predicted_seconds <= 0.0
