@@ -201,6 +201,8 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
         self._pass_started: float | None = None
         self._pass_tokens = 0
         self._time_later_passes = False
+        #: the pass under way is the first over a step with a prompt chunk
+        self._first_pass_is_prefill = False
         #: seconds spent in the plugin's own code per engine lifetime (planning,
         #: observing, cutting drafts; not the draft model), exported as
         #: ``vllm:gammatune_plugin_time_us``
@@ -326,9 +328,12 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
             caught_up_tokens = self._catch_up(req_ids, step_starts, step, batch, kwargs)
             cad = kwargs["common_attn_metadata"]
             self._pass_tokens = cad.num_actual_tokens + len(req_ids)
-            # the first pass runs over the step's target tokens: a prefill
-            # chunk is not a decode-regime sample (see above), later passes are
-            self._pass_started = self._synchronized_clock() if decode_only else None
+            # the first pass runs over the step's target tokens: over a
+            # prefill chunk it is no decode-regime sample (see above) but a
+            # prefill-like one, priced like a catch-up; later passes are
+            # decode passes
+            self._first_pass_is_prefill = not decode_only
+            self._pass_started = self._synchronized_clock()
             self._time_later_passes = True
         self._step = step
         try:
@@ -339,6 +344,7 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
             self._step = None
             self._pass_started = None
             self._time_later_passes = False
+            self._first_pass_is_prefill = False
         start = time.perf_counter()
         # [batch, tokens drafted this step]
         draft_token_ids = torch.stack(step.token_ids, dim=1)
@@ -514,7 +520,11 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
             return super()._sample_draft_tokens(hidden_states, sampling_metadata)
         if self._time_later_passes:  # gammatune_cost: time the passes
             now = self._synchronized_clock()
-            if self._pass_started is not None:
+            if self._first_pass_is_prefill:
+                self.policy.observe_catch_up_pass(self._pass_tokens,
+                                                  now - self._pass_started)
+                self._first_pass_is_prefill = False
+            elif self._pass_started is not None:
                 self.policy.observe_draft_pass(self._pass_tokens,
                                                now - self._pass_started,
                                                hidden_states.shape[0])

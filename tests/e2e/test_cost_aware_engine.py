@@ -47,6 +47,31 @@ def test_measured_costs_greedy_equals_target(tiny, reference):  # noqa: F811
     assert 0.25 <= scale <= 4.0
 
 
+def test_the_drafts_pass_over_a_prompt_prices_catch_ups(tiny):
+    """The warm-up drafts the first prompt; that pass, prefill-like, is the
+    catch-up fit's first sample, before any catch-up has run (a decode
+    pass's slope would price a catch-up of thousands of tokens near free)."""
+    spec = {"method": "gammatune_cost", "model": tiny["draft"], "num_speculative_tokens": 4}
+    with running_llm(tiny["target"], spec) as llm:
+        policy = drafter(llm).policy
+        passes = []
+        original = policy.observe_catch_up_pass
+
+        def recording(num_tokens, seconds):
+            passes.append((num_tokens, seconds))
+            original(num_tokens, seconds)
+
+        policy.observe_catch_up_pass = recording
+        generate(llm, prompts=PROMPTS[:1], max_tokens=2)  # warm-up steps only
+        metrics = metrics_by_name(llm)
+        prompt_tokens = len(llm.get_tokenizer().encode(PROMPTS[0]))
+    assert counter(metrics, "vllm:gammatune_catch_up_tokens") == 0
+    assert len(passes) == 1
+    num_tokens, seconds = passes[0]
+    assert num_tokens >= prompt_tokens and seconds > 0
+    assert policy.catch_up_line(1) == (0.0, seconds / num_tokens)
+
+
 def test_unprofitable_drafting_skips_draft_model_and_probes(tiny, reference):  # noqa: F811
     spec = {"method": "gammatune_cost", "model": tiny["draft"], "num_speculative_tokens": 6,
             "probe_interval": 3, "fixed_step_costs": RARELY_PAYS, "probe_budget": 1.0}

@@ -264,6 +264,29 @@ def test_trace_writer_numbers_steps_per_request(tmp_path, monkeypatch):
     assert report.longest_trace([path])[1] == "a"
 
 
+def test_trace_keeps_engine_steps_apart_from_requests(tmp_path, monkeypatch):
+    from vllm_gammatune.policies import StepDecision
+
+    path = tmp_path / "trace.jsonl"
+    monkeypatch.setenv(trace.ENV_VAR, str(path))
+    trace._reset_for_tests()
+    decision = StepDecision(
+        batch_size=2, kind="draft", num_draft_tokens=5, max_num_draft_tokens=3,
+        num_probes=0, catch_up_tokens=40, predicted_tokens=4.5, predicted_seconds=0.2,
+        drafting_scale=1.0, informed=False, measured_tokens=None, measured_seconds=None,
+        previous_cycle_seconds=0.3)
+    try:
+        trace.record("a", 4, 2)
+        trace.record_step(decision)
+        trace.writer().flush()
+    finally:
+        trace._reset_for_tests()
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert lines[1]["event"] == "plan"
+    assert lines[1]["catch_up_tokens"] == 40 and lines[1]["kind"] == "draft"
+    assert list(report.load_trace(path)) == ["a"]  # the plan line is no request
+
+
 def test_trace_is_off_without_the_variable(tmp_path, monkeypatch):
     monkeypatch.delenv(trace.ENV_VAR, raising=False)
     trace._reset_for_tests()

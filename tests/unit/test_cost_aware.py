@@ -189,6 +189,58 @@ def test_prompt_step_waits_while_the_chunk_price_is_unknown():
     assert max(p.plan_batch(new, tiny_chunk)) > 0
 
 
+def measured_cpu_policy(**kwargs) -> CostAwarePolicy:
+    """Costs measured as on the 2-core CPU at batch 16: decode passes nearly
+    flat in their tokens (memory-bound), the draft's pass over one prompt
+    of 171 tokens 0.4 s (the warm-up's; no catch-up yet)."""
+    p = CostAwarePolicy(8, **kwargs)
+    for n in (16, 32, 16, 48, 16, 32):
+        p.observe_target_step(n, 0.10 + 0.0075 * n, 16)
+        p.observe_draft_pass(n, 0.030 + 0.00005 * n, 16)
+    p.observe_catch_up_pass(171, 0.4)
+    return p
+
+
+def test_catch_up_is_priced_from_prompt_passes_before_its_fit_is_ready():
+    p = measured_cpu_policy()
+    assert not p.catch_up_cost.ready
+    assert p.catch_up_line(16) == (0.0, pytest.approx(0.4 / 171))
+    # a 2,160-token catch-up (16 new requests' prompts) costs ~5 s, not
+    # the decode pass's slope (~0.4 ms) times it
+    states = [p.new_state() for _ in range(16)]
+    rates = [p.acceptance_rate(s) for s in states]
+    batch = BatchView(16, 16, catch_up_tokens=(135,) * 16)
+    skipped = p.predicted_step(rates, batch, [0] * 16)[1]
+    probed = p.predicted_step(rates, batch, [1] * 16)[1]
+    assert probed - skipped > 2160 * 0.4 / 171
+
+
+def test_no_probe_pays_a_catch_up_the_budget_cannot_cover():
+    """At batch 16, where probing new requests means catching the draft up
+    over their whole prompts, no probe fits the budget; the same requests
+    without a catch-up still probe (the price is what stops them)."""
+    def drafted_steps(catch_up: int) -> int:
+        p = measured_cpu_policy(probe_interval=2, max_probe_interval=4)
+        states = [p.new_state() for _ in range(16)]
+        batch = BatchView(16, 16, catch_up_tokens=(catch_up,) * 16,
+                          remaining_tokens=(60,) * 16)
+        return sum(max(p.plan_batch(states, batch)) > 0 for _ in range(400))
+
+    assert drafted_steps(0) > 0
+    assert drafted_steps(135) == 0
+
+
+def test_catch_up_fit_learns_a_pass_far_larger_than_any_before():
+    kept, default = BatchLocalLinearCost(drop_outliers=False), BatchLocalLinearCost()
+    for cost in (kept, default):
+        for n in (4, 8, 12) * 4:
+            cost.add(n, 0.03 + 0.0001 * n)
+    # a 2,000-token pass at a prompt's rate: 100 times the line's prediction
+    assert not default.add(2000, 4.6)  # a step timer's idle gap: dropped
+    assert kept.add(2000, 4.6)  # a pass timed alone: learned
+    assert kept.predict(2000) > 10 * default.predict(2000)
+
+
 def test_catch_up_cost_makes_a_lagging_request_wait():
     p = policy(target=GPU_TARGET, draft=FixedLinearCost(0.004, 0.001))
     states = trained_states(p, 2, drafted=4, accepted=4)
@@ -283,6 +335,24 @@ def test_probe_budget_bounds_the_time_probes_add():
     unlimited_probes = sum(max(unlimited.plan_batch(states, batch)) > 0 for _ in range(2000))
     assert unlimited_probes > 3 * len(probe_steps)
     assert skip_seconds > 0
+
+
+def test_last_decision_says_what_each_step_chose():
+    p = policy(probe_interval=4, max_probe_interval=16, probe_budget=1.0)
+    state = trained_states(p, 1, drafted=4, accepted=0)[0]
+    kinds = []
+    for _ in range(4):
+        plan = p.plan_batch([state], BatchView(1, 1, catch_up_tokens=(7,)))
+        decision = p.last_decision
+        kinds.append(decision.kind)
+        assert decision.num_draft_tokens == sum(plan) and decision.batch_size == 1
+        assert decision.catch_up_tokens == (7 if max(plan) else 0)
+    assert kinds == ["skip", "skip", "skip", "probe"]
+    good = trained_states(p, 1, drafted=4, accepted=4)[0]
+    fast = policy(target=GPU_TARGET, draft=GPU_DRAFT)
+    assert max(fast.plan_batch([good], BatchView(1, 1))) > 0
+    assert fast.last_decision.kind == "draft" and not fast.last_decision.informed
+    assert fast.last_decision.predicted_seconds > 0
 
 
 def test_probe_resets_when_drafting_pays_again():
@@ -479,6 +549,14 @@ def test_cycle_check_records_only_whole_cycles():
     # realized (4 + 3) tokens in 0.2 s against 8 predicted in 0.4 s
     assert check.efficiency(4, drafted=True) == pytest.approx((7 / 0.2) / (8 / 0.4))
     assert check.num_cycles(4, drafted=False) == 0
+    # a catch-up far costlier than predicted is no idle gap: it counts
+    caught_up = CycleCheck(min_cycles=1)
+    caught_up.open(4, 1, predicted_tokens=5.0, predicted_seconds=0.4)
+    caught_up.on_catch_up_pass(5.0)
+    caught_up.on_draft_pass(0.05)
+    caught_up.on_target_step(0.1, 4)
+    assert caught_up.close().seconds == pytest.approx(5.15)
+    assert caught_up.num_cycles(4, drafted=True) == 1
 
 
 def test_cycle_wall_time_counts_what_no_pass_timer_sees():

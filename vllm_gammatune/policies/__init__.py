@@ -7,7 +7,11 @@ from vllm_gammatune.policies.baselines import (
     FixedDraftPolicy,
     HFHeuristicPolicy,
 )
-from vllm_gammatune.policies.cost_aware import CostAwarePolicy, CostAwareState
+from vllm_gammatune.policies.cost_aware import (
+    CostAwarePolicy,
+    CostAwareState,
+    StepDecision,
+)
 from vllm_gammatune.policies.cost_model import BatchLocalLinearCost, FixedLinearCost
 from vllm_gammatune.policies.cycle_check import CycleCheck
 from vllm_gammatune.policies.gammatune import GammaTunePolicy, GammaTuneState
@@ -28,4 +32,5 @@ __all__ = [
     "GammaTunePolicy",
     "GammaTuneState",
     "HFHeuristicPolicy",
+    "StepDecision",
 ]

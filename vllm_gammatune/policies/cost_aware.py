@@ -260,10 +260,13 @@ class CostAwarePolicy(DraftLengthPolicy):
         self.draft_cost = draft_cost or BatchLocalLinearCost()
         #: catch-up passes run over many positions per request, like a
         #: prefill, where a token costs far more than in a decode pass: they
-        #: get their own fit (the decode draft cost stands in until it has
-        #: samples, and when costs are fixed)
-        self.catch_up_cost = (BatchLocalLinearCost(locality=0.0) if draft_cost is None
-                              else draft_cost)
+        #: get their own fit (``catch_up_line``), which the draft's passes
+        #: over prompt chunks also feed; the decode draft cost stands in when
+        #: costs are fixed. Timed around the forward alone, they hold no idle
+        #: gap: none is dropped as an outlier (a catch-up far larger than any
+        #: before is exactly the sample the fit needs).
+        self.catch_up_cost = (BatchLocalLinearCost(locality=0.0, drop_outliers=False)
+                              if draft_cost is None else draft_cost)
         self.cycle_check = CycleCheck() if check_cycles else None
         # engine-wide decayed counts (the prior of new requests)
         self._accepted = 1.0
@@ -427,7 +430,8 @@ class CostAwarePolicy(DraftLengthPolicy):
         plan = self.best_plan(states, decode_step, rates=rates)
         if max(plan, default=0) == 0 or p >= 1.0:
             return plan
-        if not self.catch_up_cost.ready:
+        catch_up_line = self.catch_up_line(num_reqs)
+        if catch_up_line is None:
             return [0] * num_reqs  # the chunk's price is unknown
         tokens, seconds = self.predicted_step(rates, decode_step, plan)
         base_tokens, base_seconds = self.predicted_step(rates, decode_step, [0] * num_reqs)
@@ -435,19 +439,39 @@ class CostAwarePolicy(DraftLengthPolicy):
                  else self.cycle_check.drafting_scale(num_reqs))
         gain = tokens * base_seconds / base_tokens - seconds / scale
         prompt_tokens = max(0, batch.num_scheduled_tokens - num_reqs)
-        prompt_seconds = self.catch_up_cost.coefficients(num_reqs)[1] * prompt_tokens
+        prompt_seconds = catch_up_line[1] * prompt_tokens
         return plan if gain > (1.0 - p) * prompt_seconds else [0] * num_reqs
 
     def expected_tokens(self, rate: float, num_draft_tokens: int) -> float:
         """E(k) = (1 - a^(k+1)) / (1 - a): tokens one verification emits."""
         return (1.0 - rate ** (num_draft_tokens + 1)) / (1.0 - rate)
 
+    def catch_up_line(self, num_reqs: int) -> tuple[float, float] | None:
+        """(base, per token) seconds of a catch-up pass: the catch-up fit
+        once ready; before, its samples' seconds per token with no base
+        (proportional: a line through one or two passes would extrapolate a
+        pass of a few hundred tokens to thousands at a decode pass's slope);
+        None before any catch-up or prompt pass of the draft was timed.
+
+        The line from decode passes is no price for a catch-up: a decode
+        pass over 2 or 17 tokens costs about the same on a CPU, so its slope
+        priced a 2,160-token catch-up at 0.18 s where it took 5 s (a served
+        run of session 12, concurrency 16). It stands in only while this is
+        None, which the warm-up makes brief: until the costs are measured
+        every step drafts, the first request's prompt included, and that
+        pass is a sample here."""
+        fit = self.catch_up_cost
+        if fit.ready:
+            return fit.coefficients(num_reqs)
+        rate = fit.seconds_per_token()
+        return None if rate is None else (0.0, rate)
+
     def _step_costs(self, batch: BatchView, num_reqs: int) -> _StepCosts:
         scheduled = batch.num_scheduled_tokens or num_reqs
         t_base, t_slope = self.target_cost.coefficients(num_reqs)
         d_base, d_slope = self.draft_cost.coefficients(num_reqs)
-        c_base, c_slope = (self.catch_up_cost if self.catch_up_cost.ready
-                           else self.draft_cost).coefficients(num_reqs)
+        c_base, c_slope = (self.catch_up_line(num_reqs)
+                           or self.draft_cost.coefficients(num_reqs))
         return _StepCosts(
             target_now=t_base + t_slope * num_reqs,
             # one more draft token: one more verified position now, one more

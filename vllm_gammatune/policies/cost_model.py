@@ -82,16 +82,25 @@ class BatchLocalLinearCost:
         locality: how fast weight falls per octave of batch size.
         window: samples kept.
         min_samples: samples needed before ``ready``.
+        drop_outliers: drop a sample more than ``OUTLIER_FACTOR`` times the
+            prediction (an idle gap); off for passes timed around the
+            forward alone, which hold no gap, so that a pass far larger
+            than any seen is learned rather than dropped.
     """
 
     def __init__(self, memory: float = 0.97, locality: float = 3.0, window: int = 256,
-                 min_samples: int = 3):
+                 min_samples: int = 3, drop_outliers: bool = True):
         if not 0.0 < memory < 1.0:
             raise ValueError(f"memory must be in (0, 1), got {memory}")
         self.memory = memory
         self.locality = locality
         self.min_samples = min_samples
+        self.drop_outliers = drop_outliers
         self.num_samples = 0
+        #: every sample's tokens and seconds (undecayed): the per-token rate
+        #: that prices a pass while the line has too few samples
+        self._total_tokens = 0
+        self._total_seconds = 0.0
         self._samples: deque[tuple[int, int, float]] = deque(maxlen=window)
         #: batch size -> the weighted sums [w, w n, w n^2, w t, w n t] of its fit
         self._sums: dict[int, list[float]] = {}
@@ -104,9 +113,11 @@ class BatchLocalLinearCost:
         """Add one measured pass; False if dropped as an outlier (an idle gap)."""
         if seconds < 0 or num_tokens < 0:
             return False
-        if (self.num_samples >= OUTLIER_AFTER_SAMPLES
+        if (self.drop_outliers and self.num_samples >= OUTLIER_AFTER_SAMPLES
                 and seconds > OUTLIER_FACTOR * self.predict(num_tokens, batch_size)):
             return False
+        self._total_tokens += num_tokens
+        self._total_seconds += seconds
         sample = (max(1, batch_size), num_tokens, float(seconds))
         leaving = (self._samples[0] if len(self._samples) == self._samples.maxlen
                    else None)
@@ -126,6 +137,12 @@ class BatchLocalLinearCost:
                             * self._locality_weight(leaving[0], fit_batch_size),
                             leaving[1], leaving[2])
         return True
+
+    def seconds_per_token(self) -> float | None:
+        """All samples' seconds over all their tokens (None before any)."""
+        if self._total_tokens <= 0:
+            return None
+        return self._total_seconds / self._total_tokens
 
     def _locality_weight(self, sample_batch_size: int, batch_size: int) -> float:
         return math.exp(-self.locality * abs(math.log2(sample_batch_size)

@@ -29,7 +29,11 @@ draft passes that no pass timer sees; otherwise the sum of its timed parts.
 A cycle counts only when it was measured whole: its target step was timed
 at the same batch size (no request joined or left, no prefill chunk in the
 step), every draft pass it planned was timed, and it took at most
-``OUTLIER_FACTOR`` times its prediction (not an idle gap). Pure Python.
+``OUTLIER_FACTOR`` times its prediction (not an idle gap), not counting its
+catch-up passes: they are timed around the forward alone and hold no gap, and
+a cycle whose catch-up cost far more than predicted is the very evidence the
+check is for (left out, a probe whose catch-up took 5 s against 0.4 s
+predicted was charged to the probe budget at its prediction). Pure Python.
 """
 
 from __future__ import annotations
@@ -73,6 +77,8 @@ class _OpenCycle:
     predicted_tokens: float
     predicted_seconds: float
     seconds: float = 0.0
+    #: the part of ``seconds`` spent in catch-up passes
+    catch_up_seconds: float = 0.0
     draft_passes_timed: int = 0
     accepted_tokens: int = 0
     target_batch_size: int | None = None
@@ -121,6 +127,7 @@ class CycleCheck:
     def on_catch_up_pass(self, seconds: float) -> None:
         if self._open is not None:
             self._open.seconds += seconds
+            self._open.catch_up_seconds += seconds
 
     def on_wall_time(self, seconds: float) -> None:
         """The wall time from the open cycle's plan to now (the next plan)."""
@@ -148,7 +155,8 @@ class CycleCheck:
         if (cycle.target_batch_size != cycle.batch_size
                 or cycle.draft_passes_timed != cycle.num_draft_passes
                 or cycle.predicted_seconds <= 0.0
-                or seconds > OUTLIER_FACTOR * cycle.predicted_seconds):
+                or seconds - cycle.catch_up_seconds
+                > OUTLIER_FACTOR * cycle.predicted_seconds):
             return None
         sums = self._sums.setdefault((cycle.batch_size, cycle.num_draft_passes > 0), _Sums())
         m = self.memory
