@@ -271,8 +271,9 @@ def test_trace_keeps_engine_steps_apart_from_requests(tmp_path, monkeypatch):
     monkeypatch.setenv(trace.ENV_VAR, str(path))
     trace._reset_for_tests()
     decision = StepDecision(
-        batch_size=2, kind="draft", num_draft_tokens=5, max_num_draft_tokens=3,
-        num_probes=0, catch_up_tokens=40, predicted_tokens=4.5, predicted_seconds=0.2,
+        batch_size=2, num_scheduled_tokens=2, has_prefill=False, kind="draft", num_draft_tokens=5, max_num_draft_tokens=3,
+        num_probes=0, catch_up_tokens=40, catch_up_seconds_per_token=0.002,
+        drafting_share=0.5, predicted_tokens=4.5, predicted_seconds=0.2,
         drafting_scale=1.0, informed=False, measured_tokens=None, measured_seconds=None,
         previous_cycle_seconds=0.3)
     try:

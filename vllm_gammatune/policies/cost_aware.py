@@ -166,7 +166,10 @@ class StepDecision:
     expectation of the chosen plan, before the measured correction
     ``drafting_scale`` (1.0 while ``informed`` is False: fewer than
     ``CycleCheck.min_cycles`` drafted cycles measured at this batch size).
-    ``catch_up_tokens``: the missed positions of the requests that draft.
+    ``catch_up_tokens``: the missed positions of the requests that draft;
+    ``catch_up_seconds_per_token``: the price of one (``catch_up_line``'s
+    slope, None while no catch-up or prompt pass of the draft was timed);
+    ``drafting_share``: the policy's share of recent steps that drafted.
     ``measured_tokens`` / ``measured_seconds``: the previous plan's cycle as
     the clock measured it (None if it was not measured whole);
     ``previous_cycle_seconds``: its seconds even when it was not (a batch
@@ -175,11 +178,15 @@ class StepDecision:
     """
 
     batch_size: int
+    num_scheduled_tokens: int
+    has_prefill: bool
     kind: str
     num_draft_tokens: int
     max_num_draft_tokens: int
     num_probes: int
     catch_up_tokens: int
+    catch_up_seconds_per_token: float | None
+    drafting_share: float
     predicted_tokens: float
     predicted_seconds: float
     drafting_scale: float
@@ -419,9 +426,13 @@ class CostAwarePolicy(DraftLengthPolicy):
         catch_up = list(batch.catch_up_tokens) or [0] * num_reqs
         check = self.cycle_check
         self.last_decision = StepDecision(
-            batch_size=num_reqs, kind=kind, num_draft_tokens=sum(plan),
+            batch_size=num_reqs, num_scheduled_tokens=batch.num_scheduled_tokens,
+            has_prefill=batch.has_prefill, kind=kind, num_draft_tokens=sum(plan),
             max_num_draft_tokens=max(plan, default=0), num_probes=sum(probes),
             catch_up_tokens=sum(m for k, m in zip(plan, catch_up) if k),
+            catch_up_seconds_per_token=(None if (line := self.catch_up_line(num_reqs)) is None
+                                        else line[1]),
+            drafting_share=self.drafting_share,
             predicted_tokens=tokens, predicted_seconds=seconds,
             drafting_scale=1.0 if check is None else check.drafting_scale(num_reqs),
             informed=check is not None and check.is_informed(num_reqs),
