@@ -72,6 +72,35 @@ def test_the_drafts_pass_over_a_prompt_prices_catch_ups(tiny):
     assert policy.catch_up_line(1) == (0.0, seconds / num_tokens)
 
 
+def test_a_prompt_chunk_prices_catch_ups_after_a_one_token_warm_up(tiny):
+    """A server's first request may be a one-token "Hello": the warm-up then
+    times no prompt pass, and the next prompt chunk drafts to price
+    catch-ups (before, the first probe of a served run caught up 2,113
+    tokens priced at a decode pass's slope)."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    spec = {"method": "gammatune_cost", "model": tiny["draft"], "num_speculative_tokens": 4}
+    with running_llm(tiny["target"], spec) as llm:
+        policy = drafter(llm).policy
+        passes = []
+        original = policy.observe_catch_up_pass
+
+        def recording(num_tokens, seconds):
+            passes.append(num_tokens)
+            original(num_tokens, seconds)
+
+        policy.observe_catch_up_pass = recording
+        llm.generate([TokensPrompt(prompt_token_ids=[11])],
+                     SamplingParams(temperature=0, max_tokens=8))
+        assert policy.target_cost.ready and policy.draft_cost.ready
+        assert passes == [] and policy.catch_up_line(1) is None
+        generate(llm, prompts=PROMPTS[:1], max_tokens=2)
+        prompt_tokens = len(llm.get_tokenizer().encode(PROMPTS[0]))
+    assert len(passes) == 1 and passes[0] >= prompt_tokens
+    assert policy.catch_up_line(1) is not None
+
+
 def test_unprofitable_drafting_skips_draft_model_and_probes(tiny, reference):  # noqa: F811
     spec = {"method": "gammatune_cost", "model": tiny["draft"], "num_speculative_tokens": 6,
             "probe_interval": 3, "fixed_step_costs": RARELY_PAYS, "probe_budget": 1.0}

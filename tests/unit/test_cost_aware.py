@@ -173,23 +173,23 @@ def test_prompt_step_drafts_once_decode_steps_after_prompts_draft():
     assert p.plan_batch(new, short_chunk) == [0]  # p = 0.42 < 1/2
 
 
-def test_prompt_step_waits_while_the_chunk_price_is_unknown():
+def test_prompt_step_prices_then_waits_until_decode_steps_after_prompts_draft():
     p = CostAwarePolicy(8, target_cost=CPU_TARGET)  # draft and catch-up measured
     for tokens in (4, 8, 12):
         p.draft_cost.add(tokens, 0.04 + 0.002 * tokens, 1)
     new = trained_states(p, 1, drafted=4, accepted=3)
     tiny_chunk = BatchView(1, 2, has_prefill=True)
     assert not p.catch_up_cost.ready
-    for _ in range(3):
-        assert p.plan_batch(new, tiny_chunk) == [0]
+    assert p.plan_batch(new, tiny_chunk) == [1]  # drafts once: the price
+    p.observe_catch_up_pass(2, 0.03 + 0.002 * 2)  # as the proposer times it
+    assert max(p.plan_batch(new, BatchView(1, 1))) > 0  # p: 0.25
+    for _ in range(2):
+        assert p.plan_batch(new, tiny_chunk) == [0]  # p below 1/2: waits
         assert max(p.plan_batch(new, BatchView(1, 1))) > 0
-    assert p.plan_batch(new, tiny_chunk) == [0]  # p > 1/2 now, the price unknown
-    for tokens in (100, 300, 500):
-        p.observe_catch_up_pass(tokens, 0.03 + 0.002 * tokens)
-    assert max(p.plan_batch(new, tiny_chunk)) > 0
+    assert max(p.plan_batch(new, tiny_chunk)) > 0  # p > 1/2, the price known
 
 
-def measured_cpu_policy(**kwargs) -> CostAwarePolicy:
+def measured_cpu_policy(prompt_pass: bool = True, **kwargs) -> CostAwarePolicy:
     """Costs measured as on the 2-core CPU at batch 16: decode passes nearly
     flat in their tokens (memory-bound), the draft's pass over one prompt
     of 171 tokens 0.4 s (the warm-up's; no catch-up yet)."""
@@ -197,8 +197,25 @@ def measured_cpu_policy(**kwargs) -> CostAwarePolicy:
     for n in (16, 32, 16, 48, 16, 32):
         p.observe_target_step(n, 0.10 + 0.0075 * n, 16)
         p.observe_draft_pass(n, 0.030 + 0.00005 * n, 16)
-    p.observe_catch_up_pass(171, 0.4)
+    if prompt_pass:
+        p.observe_catch_up_pass(171, 0.4)
     return p
+
+
+def test_a_prompt_chunk_drafts_once_to_price_catch_ups():
+    """A warm-up without a prompt pass (a one-token first request) leaves
+    catch-ups unpriced: the next prompt chunk drafts one token for every
+    request with nothing to catch up, and once that pass is timed, prompt
+    chunks wait again (no decode step has drafted after one yet)."""
+    p = measured_cpu_policy(prompt_pass=False)
+    states = [p.new_state() for _ in range(3)]
+    chunk = BatchView(3, 2 + 300, catch_up_tokens=(4, 0, 0), has_prefill=True)
+    assert p.catch_up_line(3) is None
+    assert p.plan_batch(states, chunk) == [0, 1, 1]
+    assert p.last_decision.kind == "price"
+    p.observe_catch_up_pass(302, 0.7)  # the proposer times that pass
+    assert p.catch_up_line(3) == (0.0, pytest.approx(0.7 / 302))
+    assert p.plan_batch(states, chunk) == [0, 0, 0]
 
 
 def test_catch_up_is_priced_from_prompt_passes_before_its_fit_is_ready():
