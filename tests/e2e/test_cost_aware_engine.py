@@ -47,6 +47,19 @@ def test_measured_costs_greedy_equals_target(tiny, reference):  # noqa: F811
     assert 0.25 <= scale <= 4.0
 
 
+def record_catch_up_passes(policy) -> list[tuple[int, float]]:
+    """Record every (tokens, seconds) the policy's catch-up fit is fed."""
+    passes = []
+    original = policy.observe_catch_up_pass
+
+    def recording(num_tokens, seconds):
+        passes.append((num_tokens, seconds))
+        original(num_tokens, seconds)
+
+    policy.observe_catch_up_pass = recording
+    return passes
+
+
 def test_the_drafts_pass_over_a_prompt_prices_catch_ups(tiny):
     """The warm-up drafts the first prompt; that pass, prefill-like, is the
     catch-up fit's first sample, before any catch-up has run (a decode
@@ -54,14 +67,7 @@ def test_the_drafts_pass_over_a_prompt_prices_catch_ups(tiny):
     spec = {"method": "gammatune_cost", "model": tiny["draft"], "num_speculative_tokens": 4}
     with running_llm(tiny["target"], spec) as llm:
         policy = drafter(llm).policy
-        passes = []
-        original = policy.observe_catch_up_pass
-
-        def recording(num_tokens, seconds):
-            passes.append((num_tokens, seconds))
-            original(num_tokens, seconds)
-
-        policy.observe_catch_up_pass = recording
+        passes = record_catch_up_passes(policy)
         generate(llm, prompts=PROMPTS[:1], max_tokens=2)  # warm-up steps only
         metrics = metrics_by_name(llm)
         prompt_tokens = len(llm.get_tokenizer().encode(PROMPTS[0]))
@@ -83,21 +89,14 @@ def test_a_prompt_chunk_prices_catch_ups_after_a_one_token_warm_up(tiny):
     spec = {"method": "gammatune_cost", "model": tiny["draft"], "num_speculative_tokens": 4}
     with running_llm(tiny["target"], spec) as llm:
         policy = drafter(llm).policy
-        passes = []
-        original = policy.observe_catch_up_pass
-
-        def recording(num_tokens, seconds):
-            passes.append(num_tokens)
-            original(num_tokens, seconds)
-
-        policy.observe_catch_up_pass = recording
+        passes = record_catch_up_passes(policy)
         llm.generate([TokensPrompt(prompt_token_ids=[11])],
                      SamplingParams(temperature=0, max_tokens=8))
         assert policy.target_cost.ready and policy.draft_cost.ready
         assert passes == [] and policy.catch_up_line(1) is None
         generate(llm, prompts=PROMPTS[:1], max_tokens=2)
         prompt_tokens = len(llm.get_tokenizer().encode(PROMPTS[0]))
-    assert len(passes) == 1 and passes[0] >= prompt_tokens
+    assert len(passes) == 1 and passes[0][0] >= prompt_tokens
     assert policy.catch_up_line(1) is not None
 
 
