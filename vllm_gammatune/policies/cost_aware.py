@@ -100,8 +100,9 @@ that drafted for their own sake (probes do not count).
   ``p`` near 0 at batch 4 the short first prompt of a batch still drafted
   once in 8 of 17 batches, at 0.96 of no speculation against 1.005 for
   those that did not.
-- While the catch-up fit has no samples ``C`` is unknown and only ``p = 1``
-  drafts.
+- While nothing has priced a catch-up ``C`` is unknown: the chunk drafts
+  one token for every request with nothing to catch up, so that the draft's
+  pass over it is timed (``catch_up_line``; once per engine).
 
 At batch 4 on that CPU ``p`` stays near 0 and the chunks wait; at batch 1,
 where decode steps draft even with a catch-up to pay, ``p`` rises toward 1
@@ -162,7 +163,8 @@ class StepDecision:
 
     ``kind``: "warmup" (costs not measured yet), "skip" (no request drafts),
     "draft" (drafting for its own sake, probes may join), "probe" (only
-    probes draft) or "price" (a prompt chunk drafted to price catch-ups). ``predicted_tokens`` / ``predicted_seconds``: the model's
+    probes draft) or "price" (a prompt chunk drafted to price catch-ups).
+    ``predicted_tokens`` / ``predicted_seconds``: the model's
     expectation of the chosen plan, before the measured correction
     ``drafting_scale`` (1.0 while ``informed`` is False: fewer than
     ``CycleCheck.min_cycles`` drafted cycles measured at this batch size).
@@ -467,8 +469,8 @@ class CostAwarePolicy(DraftLengthPolicy):
         if max(plan, default=0) == 0 or p >= 1.0:
             return plan
         catch_up_line = self.catch_up_line(num_reqs)
-        if catch_up_line is None:
-            return [0] * num_reqs  # the chunk's price is unknown
+        if catch_up_line is None:  # (plan_batch prices catch-ups first)
+            return [0] * num_reqs
         tokens, seconds = self.predicted_step(rates, decode_step, plan)
         base_tokens, base_seconds = self.predicted_step(rates, decode_step, [0] * num_reqs)
         scale = (1.0 if self.cycle_check is None
