@@ -259,7 +259,7 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
                    for k in self.policy.plan_batch(states, batch)]
         if self._cost_aware:
             planned = self._same_plan_on_every_rank(planned)
-            if self.policy.last_decision is not None:  # VLLM_GAMMATUNE_TRACE only
+            if trace.writer() is not None:  # VLLM_GAMMATUNE_TRACE only
                 trace.record_step(self.policy.last_decision)
         policy = self.policy
         if isinstance(policy, AdaSDPolicy):
@@ -524,7 +524,7 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
                 self.policy.observe_catch_up_pass(self._pass_tokens,
                                                   now - self._pass_started)
                 self._first_pass_is_prefill = False
-            elif self._pass_started is not None:
+            else:
                 self.policy.observe_draft_pass(self._pass_tokens,
                                                now - self._pass_started,
                                                hidden_states.shape[0])

@@ -57,17 +57,16 @@ class TraceWriter:
         with self._lock:
             step = self._steps.get(req_id, 0) + 1
             self._steps[req_id] = step
-            self._lines.append(json.dumps({
-                "req_id": req_id, "step": step,
-                "num_draft_tokens": int(num_draft_tokens),
-                "num_accepted_tokens": int(num_accepted_tokens)}))
-            due = len(self._lines) >= FLUSH_EVERY
-        if due:
-            self.flush()
+        self._append({"req_id": req_id, "step": step,
+                      "num_draft_tokens": int(num_draft_tokens),
+                      "num_accepted_tokens": int(num_accepted_tokens)})
 
     def record_step(self, fields: dict) -> None:
+        self._append({"event": "plan", **fields})
+
+    def _append(self, line: dict) -> None:
         with self._lock:
-            self._lines.append(json.dumps({"event": "plan", **fields}))
+            self._lines.append(json.dumps(line))
             due = len(self._lines) >= FLUSH_EVERY
         if due:
             self.flush()
@@ -119,8 +118,6 @@ def record(req_id: str, num_draft_tokens: int, num_accepted_tokens: int) -> None
 def record_step(decision) -> None:
     """Append one engine step's decision (a dataclass) to the trace (no-op
     when off)."""
-    if _resolved and _writer is None:
-        return
     trace = writer()
     if trace is not None:
         trace.record_step(dataclasses.asdict(decision))

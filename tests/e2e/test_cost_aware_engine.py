@@ -100,6 +100,29 @@ def test_a_prompt_chunk_prices_catch_ups_after_a_one_token_warm_up(tiny):
     assert policy.catch_up_line(1) is not None
 
 
+def test_trace_logs_every_engine_step_decision(tiny, tmp_path, monkeypatch):
+    """With ``VLLM_GAMMATUNE_TRACE`` the proposer logs each step's decision
+    (built only then); the plan lines count the engine's steps."""
+    import json
+
+    from vllm_gammatune import trace
+
+    path = tmp_path / "trace.jsonl"
+    monkeypatch.setenv(trace.ENV_VAR, str(path))
+    trace._reset_for_tests()
+    spec = {"method": "gammatune_cost", "model": tiny["draft"], "num_speculative_tokens": 4}
+    try:
+        with running_llm(tiny["target"], spec) as llm:
+            generate(llm, prompts=PROMPTS[:2], max_tokens=8)
+            metrics = metrics_by_name(llm)
+    finally:
+        trace._reset_for_tests()  # flushes
+    plans = [row for row in map(json.loads, path.read_text().splitlines())
+             if row.get("event") == "plan"]
+    assert len(plans) == counter(metrics, "vllm:gammatune_steps")
+    assert plans[0]["kind"] == "warmup" and plans[0]["num_draft_tokens"] > 0
+
+
 def test_unprofitable_drafting_skips_draft_model_and_probes(tiny, reference):  # noqa: F811
     spec = {"method": "gammatune_cost", "model": tiny["draft"], "num_speculative_tokens": 6,
             "probe_interval": 3, "fixed_step_costs": RARELY_PAYS, "probe_budget": 1.0}

@@ -288,8 +288,9 @@ class CostAwarePolicy(DraftLengthPolicy):
         self._drafts_after_prompt = 0.0
         #: whether the last planned step had a prompt chunk
         self._after_prompt = False
-        #: what the last ``plan_batch`` decided (``StepDecision``)
-        self.last_decision: StepDecision | None = None
+        #: what the last ``plan_batch`` chose, as ``_decide`` got it (the
+        #: ``StepDecision`` is built only when read: traces alone read it)
+        self._last_step: tuple | None = None
         #: decayed share of recent steps that drafted for their own sake
         #: (warm-up included, probes not): the chance that a request that
         #: catches up now drafts on a later step (``catch_up_share``)
@@ -435,11 +436,21 @@ class CostAwarePolicy(DraftLengthPolicy):
         self.drafting_share = m * self.drafting_share + (1.0 - m) * (max(plan, default=0) > 0)
 
     def _decide(self, kind, plan, probes, batch, tokens, seconds, measured) -> None:
-        """Keep ``last_decision`` (what ``plan_batch`` chose, for traces)."""
+        """Keep what ``plan_batch`` chose, for ``last_decision``."""
+        self._last_step = (kind, plan, probes, batch, tokens, seconds, measured)
+
+    @property
+    def last_decision(self) -> StepDecision | None:
+        """What the last ``plan_batch`` decided and why; read it before the
+        next one (the catch-up price, shares and scale are read now, and
+        nothing changes them in between)."""
+        if self._last_step is None:
+            return None
+        kind, plan, probes, batch, tokens, seconds, measured = self._last_step
         num_reqs = len(plan)
         catch_up = list(batch.catch_up_tokens) or [0] * num_reqs
         check = self.cycle_check
-        self.last_decision = StepDecision(
+        return StepDecision(
             batch_size=num_reqs, num_scheduled_tokens=batch.num_scheduled_tokens,
             has_prefill=batch.has_prefill, kind=kind, num_draft_tokens=sum(plan),
             max_num_draft_tokens=max(plan, default=0), num_probes=sum(probes),
@@ -469,8 +480,7 @@ class CostAwarePolicy(DraftLengthPolicy):
         if max(plan, default=0) == 0 or p >= 1.0:
             return plan
         catch_up_line = self.catch_up_line(num_reqs)
-        if catch_up_line is None:  # (plan_batch prices catch-ups first)
-            return [0] * num_reqs
+        assert catch_up_line is not None, "plan_batch prices catch-ups first"
         tokens, seconds = self.predicted_step(rates, decode_step, plan)
         base_tokens, base_seconds = self.predicted_step(rates, decode_step, [0] * num_reqs)
         scale = (1.0 if self.cycle_check is None

@@ -97,10 +97,6 @@ class BatchLocalLinearCost:
         self.min_samples = min_samples
         self.drop_outliers = drop_outliers
         self.num_samples = 0
-        #: every sample's tokens and seconds (undecayed): the per-token rate
-        #: that prices a pass while the line has too few samples
-        self._total_tokens = 0
-        self._total_seconds = 0.0
         self._samples: deque[tuple[int, int, float]] = deque(maxlen=window)
         #: batch size -> the weighted sums [w, w n, w n^2, w t, w n t] of its fit
         self._sums: dict[int, list[float]] = {}
@@ -116,8 +112,6 @@ class BatchLocalLinearCost:
         if (self.drop_outliers and self.num_samples >= OUTLIER_AFTER_SAMPLES
                 and seconds > OUTLIER_FACTOR * self.predict(num_tokens, batch_size)):
             return False
-        self._total_tokens += num_tokens
-        self._total_seconds += seconds
         sample = (max(1, batch_size), num_tokens, float(seconds))
         leaving = (self._samples[0] if len(self._samples) == self._samples.maxlen
                    else None)
@@ -139,10 +133,12 @@ class BatchLocalLinearCost:
         return True
 
     def seconds_per_token(self) -> float | None:
-        """All samples' seconds over all their tokens (None before any)."""
-        if self._total_tokens <= 0:
+        """The kept samples' seconds over their tokens, undecayed (None
+        before any): a pass's price while the line has too few samples."""
+        tokens = sum(n for _, n, _ in self._samples)
+        if tokens <= 0:
             return None
-        return self._total_seconds / self._total_tokens
+        return sum(t for _, _, t in self._samples) / tokens
 
     def _locality_weight(self, sample_batch_size: int, batch_size: int) -> float:
         return math.exp(-self.locality * abs(math.log2(sample_batch_size)
