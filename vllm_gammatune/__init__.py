@@ -22,26 +22,24 @@ _registered = False
 def register() -> None:
     """The vLLM general-plugin entry point. Idempotent.
 
-    On the pinned vLLM series it applies every patch in ``patches``. On any
-    other version it patches nothing, so vLLM keeps working for everything
-    else, and a request for one of the plugin's methods fails at
-    ``LLM(...)`` with an error naming the installed and supported versions.
+    Where the installed vLLM passes ``pin.compatibility_problems`` (a supported
+    series, and every internal of ``internals.INTERNALS`` present with the
+    parameters the plugin relies on) it applies every patch in ``patches``.
+    Otherwise it patches nothing, so vLLM keeps working for everything else,
+    and a request for one of the plugin's methods fails at ``LLM(...)`` with
+    an error naming each problem.
     """
     global _registered
     if _registered:
         return
     from vllm_gammatune import pin
 
-    logger = logging.getLogger("vllm.vllm_gammatune")
-    if not pin.is_supported(pin.installed_vllm_version()):
-        _install_version_guard()
-        logger.warning(
-            "vllm-gammatune %s supports vLLM %s.x only (found %s): its methods "
-            "are unavailable.",
-            __version__,
-            pin.SUPPORTED_VLLM_SERIES,
-            pin.installed_vllm_version(),
-        )
+    problems = pin.compatibility_problems()
+    if problems:
+        _install_refusal(problems)
+        logging.getLogger("vllm.vllm_gammatune").warning(
+            "vllm-gammatune %s: its methods are unavailable on this vLLM:\n%s",
+            __version__, "\n".join(problems))
         _registered = True
         return
     from vllm_gammatune.patches import apply_all
@@ -50,20 +48,23 @@ def register() -> None:
     _registered = True
 
 
-def _install_version_guard() -> None:
-    """On an unsupported vLLM, fail clearly when a plugin method is asked for."""
+def _install_refusal(problems: list[str]) -> None:
+    """On an incompatible vLLM, fail clearly when a plugin method is asked for."""
     try:
         from vllm.engine.arg_utils import EngineArgs
     except ImportError:
         return
     from vllm_gammatune.engine_config import requested_plugin_method
     from vllm_gammatune.patches.base import rebind
-    from vllm_gammatune.pin import check_vllm_version
+    from vllm_gammatune.pin import UnsupportedVllmVersionError
 
-    def guard(original, engine_args, *args, **kwargs):
-        if requested_plugin_method(engine_args) is not None:
-            check_vllm_version()
+    def refuse(original, engine_args, *args, **kwargs):
+        method = requested_plugin_method(engine_args)
+        if method is not None:
+            raise UnsupportedVllmVersionError(
+                f"speculative method {method!r} is unavailable:\n" + "\n".join(problems))
         return original(engine_args, *args, **kwargs)
 
     if hasattr(EngineArgs, "create_speculative_config"):
-        rebind(EngineArgs, "create_speculative_config", guard, "version_guard")
+        rebind(EngineArgs, "create_speculative_config", refuse,
+               patch_id="arg_utils.EngineArgs.create_speculative_config (refusal)")

@@ -19,6 +19,7 @@ from vllm_gammatune.config import (
     is_plugin_method,
     split_speculative_config,
 )
+from vllm_gammatune.runner_choice import refuse_forced_v2
 from vllm_gammatune.metrics import (
     StepCounters,
     forget_engine_counters,
@@ -74,6 +75,7 @@ def create_speculative_config(
         forget_engine_counters()
         return original(engine_args, target_model_config, target_parallel_config)
     pin.check_vllm_version()
+    refuse_forced_v2(method)
 
     user_config = engine_args.speculative_config
     user_shorthands = {a: getattr(engine_args, a, None) for _, a, _ in _CLI_SHORTHANDS}
@@ -81,6 +83,17 @@ def create_speculative_config(
         _merged_user_config(engine_args), _vllm_speculative_keys()
     )
 
+    if settings.is_lossy:
+        # AdaSD's relaxed verification wraps vLLM's standard rejection sampler
+        # only; vLLM's other verifiers (synthetic acceptance, block
+        # verification, 0.33's lossy "fly") would bypass or contradict it.
+        rejection_method = draft_model_config.get("rejection_sample_method", "standard")
+        if rejection_method != "standard":
+            raise GammaTuneConfigError(
+                f"speculative_config['rejection_sample_method']={rejection_method!r} "
+                f"is not allowed with method {method!r}: its relaxed verification "
+                f"replaces vLLM's standard rejection sampler; allowed: 'standard'"
+            )
     if engine_args.async_scheduling:
         raise GammaTuneConfigError(
             f"async_scheduling=True is not allowed with speculative method "
@@ -90,7 +103,8 @@ def create_speculative_config(
     engine_args.async_scheduling = False
 
     counters = StepCounters.create(settings.num_speculative_tokens)
-    register_engine_counters(counters, str(engine_args.served_model_name or engine_args.model))
+    register_engine_counters(counters, str(engine_args.served_model_name or engine_args.model),
+                             method)
     engine_args.additional_config = {
         **(engine_args.additional_config or {}),
         ADDITIONAL_CONFIG_KEY: {
@@ -133,9 +147,9 @@ def create_speculative_config(
             method,
         )
     logger.info(
-        "vllm-gammatune: speculative method %r runs on vLLM's draft_model "
-        "machinery with per-request draft lengths (cap %d); async scheduling "
-        "is off for it.",
+        "vllm-gammatune: speculative method %r configured on vLLM's draft_model "
+        "machinery (cap %d, async scheduling off); each worker confirms its "
+        "drafter at start ('vllm-gammatune active').",
         method,
         settings.num_speculative_tokens,
     )

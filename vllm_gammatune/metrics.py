@@ -25,6 +25,10 @@ The plugin adds, per engine:
   evidence (enough drafted cycles; 1 before any: the model holds;
   below 1: drafting did worse than modelled and the policy discounts it;
   ``policies.cycle_check``);
+- ``vllm:gammatune_info`` (gauge, 1): present once the rank-0 worker has
+  confirmed that it built the plugin's drafter, labelled with the method,
+  the runner (``v1``) and the drafter class; absent before, so a scrape
+  that lacks it means the plugin is not (yet) drafting for this engine;
 - AdaSD only: ``vllm:gammatune_adasd_entropy_stops`` and
   ``..._relaxed_acceptances`` (counters), ``..._mean_generation_threshold``
   and ``..._mean_verification_threshold`` (gauges, mean over verifications).
@@ -68,6 +72,7 @@ _HEADER_FIELDS = (
     "num_catch_up_tokens",
     "num_steps",
     "drafting_scale_milli",
+    "drafter_confirmed",
 )
 _INT64 = struct.Struct("<q")
 
@@ -148,6 +153,10 @@ class StepCounters:
         if drafting_scale is not None:
             self._set(15, round(drafting_scale * 1000))
 
+    def mark_drafter_confirmed(self) -> None:
+        """The worker confirmed it built the plugin's drafter (``runner_choice``)."""
+        self._set(_HEADER_FIELDS.index("drafter_confirmed"), 1)
+
     def set_tracked_requests(self, tracked_requests: int) -> None:
         """The number of requests with policy state, between drafting steps."""
         self._set(4, tracked_requests)
@@ -186,12 +195,13 @@ class _PrometheusCollector:
     """Reads every live engine's counters at scrape time (front end only)."""
 
     def __init__(self):
-        self._engines: dict[str, tuple[StepCounters, str]] = {}
+        #: engine -> (counters, model_name, method)
+        self._engines: dict[str, tuple[StepCounters, str, str]] = {}
         self._lock = threading.Lock()
 
-    def add(self, engine: str, counters: StepCounters, model_name: str) -> None:
+    def add(self, engine: str, counters: StepCounters, model_name: str, method: str) -> None:
         with self._lock:
-            self._engines[engine] = (counters, model_name)
+            self._engines[engine] = (counters, model_name, method)
 
     def collect(self):
         from prometheus_client.core import (
@@ -281,9 +291,15 @@ class _PrometheusCollector:
             "Requests with draft-length state held by the plugin.",
             labels=labels,
         )
+        info = GaugeMetricFamily(
+            "vllm:gammatune_info",
+            "1 once the worker confirmed it runs vllm-gammatune's drafter: the "
+            "method, the model runner and the drafter class.",
+            labels=[*labels, "method", "runner", "drafter"],
+        )
         with self._lock:
             engines = list(self._engines.items())
-        for engine, (counters, model_name) in engines:
+        for engine, (counters, model_name, method) in engines:
             try:
                 snap = counters.snapshot()
             except ValueError:  # closed
@@ -308,17 +324,19 @@ class _PrometheusCollector:
             skipped.add_metric(label_values, snap["num_skipped_draft_steps"])
             catch_up.add_metric(label_values, snap["num_catch_up_tokens"])
             steps.add_metric(label_values, snap["num_steps"])
+            if snap["drafter_confirmed"]:
+                info.add_metric([*label_values, method, "v1", "AdaptiveDraftModelProposer"], 1)
             if snap["drafting_scale_milli"]:
                 drafting_scale.add_metric(label_values, snap["drafting_scale_milli"] / 1000)
         yield from (length, planned, stops, forwards, tracked, entropy_stops, relaxed,
                     mean_tg, mean_tv, plugin_seconds, skipped, catch_up, steps,
-                    drafting_scale)
+                    drafting_scale, info)
 
 
 _collector: _PrometheusCollector | None = None
 
 
-def register_engine_counters(counters: StepCounters, model_name: str) -> None:
+def register_engine_counters(counters: StepCounters, model_name: str, method: str) -> None:
     """Expose an engine's counters on this process's Prometheus registry.
 
     Like vLLM, which unregisters the previous engine's metrics when a new
@@ -332,7 +350,7 @@ def register_engine_counters(counters: StepCounters, model_name: str) -> None:
         _collector = _PrometheusCollector()
         REGISTRY.register(_collector)
     forget_engine_counters()
-    _collector.add("0", counters, model_name)
+    _collector.add("0", counters, model_name, method)
 
 
 def forget_engine_counters() -> None:

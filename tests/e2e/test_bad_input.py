@@ -32,6 +32,8 @@ def spec(tiny, **overrides):
         ({"method": "adasd", "adasd_window": 9}, ["adasd_window", "9", "[1, num_speculative_tokens=8]"]),
         ({"method": "adasd", "adasd_window": 0}, ["adasd_window", "0"]),
         ({"method": "adasd", "eta": 0.5}, ["eta", "not a parameter of method 'adasd'"]),
+        ({"method": "adasd", "rejection_sample_method": "synthetic"},
+         ["rejection_sample_method", "'synthetic'", "'adasd'", "allowed: 'standard'"]),
         ({"method": "gammatune_cost", "probe_interval": 0}, ["probe_interval", "0", ">= 1"]),
         ({"method": "gammatune_cost", "fixed_step_costs": {"target_step_s": 1}},
          ["fixed_step_costs", "target_token_s", "draft_pass_s"]),
@@ -88,7 +90,7 @@ def test_unsupported_vllm_version_at_plugin_load(tiny):
     """On another vLLM the plugin patches nothing but refuses its methods."""
     code = textwrap.dedent(f"""
         import vllm
-        vllm.__version__ = "0.33.0"
+        vllm.__version__ = "0.31.0"
         from vllm.engine.arg_utils import EngineArgs
         from vllm_gammatune.pin import UnsupportedVllmVersionError
         args = EngineArgs(model={tiny['target']!r}, speculative_config={{
@@ -98,7 +100,7 @@ def test_unsupported_vllm_version_at_plugin_load(tiny):
         try:
             args.create_engine_config()
         except UnsupportedVllmVersionError as exc:
-            assert "0.33.0" in str(exc), exc
+            assert "0.31.0" in str(exc) and "0.32.x and 0.33.x" in str(exc), exc
             print("REFUSED")
     """)
     result = subprocess.run([sys.executable, "-c", code], capture_output=True,

