@@ -39,22 +39,22 @@ def _generate(target, speculative_config=None, **overrides):
         del llm
 
 
-def test_triton_makes_v2_vllms_default_here(tiny):
+def test_triton_makes_v2_vllms_default_here(tiny_models):
     """The premise: on this machine vLLM would build Model Runner V2."""
     import vllm.config.vllm as vllm_config_module
     from vllm.engine.arg_utils import EngineArgs
 
     assert vllm_config_module.HAS_TRITON
-    config = EngineArgs(model=tiny["target"], speculative_config={
-        "method": "draft_model", "model": tiny["draft"], "num_speculative_tokens": 4},
+    config = EngineArgs(model=tiny_models["target"], speculative_config={
+        "method": "draft_model", "model": tiny_models["draft"], "num_speculative_tokens": 4},
         max_model_len=512).create_engine_config()
     assert config.use_v2_model_runner is True
 
 
 @pytest.mark.parametrize("method", ["gammatune", "gammatune_plus", "gammatune_cost"])
-def test_greedy_equality_with_cuda_graphs(tiny, method):
-    reference, _ = _generate(tiny["target"])
-    tokens, metrics = _generate(tiny["target"], {"method": method, "model": tiny["draft"],
+def test_greedy_equality_with_cuda_graphs(tiny_models, method):
+    reference, _ = _generate(tiny_models["target"])
+    tokens, metrics = _generate(tiny_models["target"], {"method": method, "model": tiny_models["draft"],
                                                  "num_speculative_tokens": 4})
     assert tokens == reference
     info = metrics["vllm:gammatune_info"]
@@ -62,16 +62,29 @@ def test_greedy_equality_with_cuda_graphs(tiny, method):
     assert info.labels["runner"] == "v1"
 
 
-def test_cost_timers_synchronise_only_on_measured_steps(tiny, monkeypatch):
-    from vllm_gammatune import step_timing
+def _count_plugin_synchronisations(monkeypatch) -> list:
+    """Record each torch.cuda.synchronize called from the plugin's own code."""
+    import sys
 
     calls = []
     original = torch.cuda.synchronize
-    monkeypatch.setattr(torch.cuda, "synchronize",
-                        lambda *a, **k: (calls.append(1), original(*a, **k))[1])
-    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # count in this process
-    _, metrics = _generate(tiny["target"], {"method": "gammatune_cost",
-                                            "model": tiny["draft"],
+
+    def counting(*args, **kwargs):
+        if sys._getframe(1).f_globals.get("__name__", "").startswith("vllm_gammatune"):
+            calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(torch.cuda, "synchronize", counting)
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine in this process
+    return calls
+
+
+def test_cost_timers_synchronise_only_on_measured_steps(tiny_models, monkeypatch):
+    from vllm_gammatune import step_timing
+
+    calls = _count_plugin_synchronisations(monkeypatch)
+    _, metrics = _generate(tiny_models["target"], {"method": "gammatune_cost",
+                                            "model": tiny_models["draft"],
                                             "num_speculative_tokens": 4})
     steps = int(metrics["vllm:gammatune_steps"].value)
     measured = steps // step_timing.CUDA_TIMING_PERIOD + 1
@@ -81,12 +94,8 @@ def test_cost_timers_synchronise_only_on_measured_steps(tiny, monkeypatch):
     assert len(calls) < steps
 
 
-def test_count_based_methods_never_call_the_timers_synchronise(tiny, monkeypatch):
-    calls = []
-    original = torch.cuda.synchronize
-    monkeypatch.setattr(torch.cuda, "synchronize",
-                        lambda *a, **k: (calls.append(1), original(*a, **k))[1])
-    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    _generate(tiny["target"], {"method": "gammatune", "model": tiny["draft"],
+def test_count_based_methods_never_call_the_timers_synchronise(tiny_models, monkeypatch):
+    calls = _count_plugin_synchronisations(monkeypatch)
+    _generate(tiny_models["target"], {"method": "gammatune", "model": tiny_models["draft"],
                                "num_speculative_tokens": 4})
     assert calls == []
