@@ -146,6 +146,11 @@ def test_metrics_page_has_plugin_and_vllm_counters(tiny, server):
     assert metric_value(text, "vllm:gammatune_planned_draft_tokens_total") >= draft_tokens
     assert metric_value(text, "vllm:gammatune_confidence_stops_total") >= 0
     assert 'le="6.0"' in text
+    # the worker (another process) confirmed the drafter it built
+    info = [line for line in text.splitlines() if line.startswith("vllm:gammatune_info{")]
+    assert len(info) == 1 and info[0].endswith(" 1.0"), info
+    assert 'method="gammatune_plus"' in info[0] and 'runner="v1"' in info[0]
+    assert 'drafter="AdaptiveDraftModelProposer"' in info[0]
 
 
 def test_bad_config_fails_server_start_with_named_field(tiny):
