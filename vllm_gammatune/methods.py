@@ -5,9 +5,9 @@ description, whether it is lossless (outputs exactly the target's) or lossy,
 its default cap (``num_speculative_tokens``), the plugin parameters it
 accepts and the factory of its draft-length policy. Every parameter is a
 ``Parameter`` in ``PARAMETERS``, with its default and its validation. The
-config (``config.split_speculative_config``), the docs table, the benchmarks
-and the tests read these tables; nothing else lists the methods. Pure Python
-(no vLLM import).
+config (``config.split_speculative_config``), the docs table
+(``markdown_table``), the benchmarks and the tests read these tables;
+nothing else lists the methods. Pure Python (no vLLM import).
 
 Defaults. The GammaTune paper gives none; they were chosen on the real Qwen
 pair by a sweep on the tuning half of Spec-Bench (odd question ids, one
@@ -357,3 +357,17 @@ def resolve_parameters(method: Method, config: Mapping[str, Any],
         resolved[name] = parameter.validate(value, resolved)
     del resolved["num_speculative_tokens"]
     return resolved
+
+
+def markdown_table() -> str:
+    """The methods as a Markdown table (for the docs): name, lossless,
+    default cap, parameters with their defaults at that cap, description."""
+    rows = ["| method | lossless | default `num_speculative_tokens` | parameters "
+            "(defaults) | what it does |", "|---|---|---|---|---|"]
+    for method in METHODS.values():
+        cap = method.num_speculative_tokens
+        values = resolve_parameters(method, {}, cap)
+        parameters = ", ".join(f"`{key}={values[key]!r}`" for key in method.parameters)
+        rows.append(f"| `{method.name}` | {'yes' if method.lossless else 'no (lossy)'} | "
+                    f"{cap} | {parameters} | {method.description} |")
+    return "\n".join(rows) + "\n"

@@ -68,3 +68,14 @@ def test_lossy_methods_and_names_come_from_the_registry():
     adasd, _ = config.split_speculative_config({"method": "adasd", "model": "d"}, VLLM_KEYS)
     assert adasd.num_speculative_tokens == adasd.adasd_window == 20
     assert config.DEFAULT_ADASD_NUM_SPECULATIVE_TOKENS == 20
+
+
+def test_markdown_table_lists_every_method_once_with_its_defaults():
+    table = methods.markdown_table()
+    lines = table.splitlines()
+    assert len(lines) == 2 + len(METHODS)
+    for name, line in zip(METHODS, lines[2:]):
+        assert line.startswith(f"| `{name}` |")
+        assert METHODS[name].description in line
+    assert "| `adasd` | no (lossy) | 20 | `adasd_mode='both'`, `adasd_window=20` |" in table
+    assert "`confidence_threshold=0.4`" in lines[2 + list(METHODS).index("assistant_threshold")]
