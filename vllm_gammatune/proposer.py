@@ -10,9 +10,10 @@ scheduler and the rejection sampler are vLLM's own. Per step it:
 2. asks the policy for each request's next draft length and drafts only as far
    as the longest of them (vLLM's ``propose`` already takes the step's
    ``num_speculative_tokens``, as its batch-size schedule uses it);
-3. with a confidence threshold, marks a request as stopped at its first draft
-   token whose top probability is below the threshold, and ends the whole
-   step as soon as every request has stopped (no further draft forward);
+3. with a per-token stop (a confidence threshold, or AdaSD's entropy
+   threshold), marks a request as stopped after the first draft token that
+   crosses its threshold, and ends the whole step as soon as every request
+   has stopped (no further draft forward; ``draft_step``);
 4. returns ``list[list[int]]``, one list per request, of its own length: the
    scheduler reserves and verifies exactly those (as for ngram drafts).
 

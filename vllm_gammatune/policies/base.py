@@ -84,7 +84,8 @@ class DraftLengthPolicy(ABC):
     learns_per_token: bool = False
     #: The policy may accept a draft token the target would not have emitted
     #: (``accepts_mismatch``; lossy). The proposer then keeps each draft
-    #: token's distribution until its verification.
+    #: token's distribution until its verification; only a policy that
+    #: ``learns_per_token`` is verified token by token, so it needs both.
     relaxes_verification: bool = False
     #: The policy reads the step costs the proposer measures (the
     #: ``observe_*`` timing hooks). Its plan then depends on this process's
@@ -119,8 +120,9 @@ class DraftLengthPolicy(ABC):
         """Every request's length for this step, in batch order.
 
         Per-request policies plan each request alone; a policy that weighs the
-        requests against each other (``CostAwarePolicy``) overrides this and
-        may return 0 (no draft for that request this step).
+        requests against each other (``CostAwarePolicy``) overrides this and,
+        if it ``skips_drafts``, may return 0 (no draft for that request this
+        step).
         """
         return [self.next_num_draft_tokens(s, batch) for s in states]
 
