@@ -1,4 +1,11 @@
-"""Shared pytest setup: make ``tests/`` importable and provide tiny models.
+"""Shared pytest setup: test tiers, ``tests/`` importable, tiny models.
+
+Tiers (markers, registered here so ``--strict-markers`` accepts them) are
+given by directory: ``tests/unit`` -> ``unit`` (pure code, no engine; the
+whole tier runs in well under a minute), ``tests/e2e`` -> ``engine`` (vLLM
+engines on the CPU with tiny models), ``tests/gpu`` -> ``gpu`` (needs CUDA).
+``python -m pytest -m unit`` runs one tier; ``python -m pytest tests`` runs
+them all.
 
 ``from tiny_models import ...`` works in every test module.  The models are
 built once per session (a few seconds, CPU only); set
@@ -15,6 +22,20 @@ import pytest
 _TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 if _TESTS_DIR not in sys.path:
     sys.path.insert(0, _TESTS_DIR)
+
+from tiers import TIERS, tier_of  # noqa: E402
+
+
+def pytest_configure(config) -> None:
+    for marker, meaning in TIERS.values():
+        config.addinivalue_line("markers", f"{marker}: {meaning}")
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    for item in items:
+        marker = tier_of(item.path)
+        if marker is not None:
+            item.add_marker(getattr(pytest.mark, marker))
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,10 @@
 
 LOSSY: with relaxation on, a draft token that differs from the target's may be
 accepted, so outputs may differ from the target alone. Only the ``adasd``
-method turns this on.
+method turns this on. The verifier serves a policy that ``learns_per_token``
+(``policies.base``) through its hooks: ``relaxes_verification``,
+``accepts_mismatch``, ``verification_threshold``, ``stop_threshold`` and
+``observe_verification``.
 
 Per request of the step (AdaSD paper, Algorithm 1 lines 8-19):
 
@@ -34,11 +37,12 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import math
 
 import torch
 
 from vllm.logger import init_logger
-from vllm_gammatune.policies import AdaSDPolicy
+from vllm_gammatune.policies import DraftLengthPolicy
 from vllm_gammatune.stats import js_distance
 
 logger = init_logger(__name__)
@@ -54,9 +58,9 @@ class AdaSDVerifier:
     """Applies Algorithm 1's verification for one drafter (one worker)."""
 
     def __init__(self, drafter):
-        assert isinstance(drafter.policy, AdaSDPolicy)
+        assert drafter.policy.learns_per_token
         self.drafter = drafter
-        self.policy: AdaSDPolicy = drafter.policy
+        self.policy: DraftLengthPolicy = drafter.policy
 
     # -- vLLM hooks ------------------------------------------------------------
     @contextlib.contextmanager
@@ -134,7 +138,9 @@ class AdaSDVerifier:
                 continue
             kept = pending.pop(req_id)
             entropies = kept[1][:n]  # [n]
-            thresholds_g.append(policy.generation_threshold(state))
+            # T_G; +inf without an entropy stop (Verify-Only)
+            thresholds_g.append(policy.stop_threshold(state) if policy.stop_measure
+                                else math.inf)
             thresholds_v.append(policy.verification_threshold(state))
             if not policy.relaxes_verification:  # Gen-Only: vLLM's lossless result
                 output[r] = standard[r]

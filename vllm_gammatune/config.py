@@ -1,4 +1,4 @@
-"""The plugin's speculative methods, their parameters, defaults and validation.
+"""A user's speculative_config for a plugin method: validated and split.
 
 A user writes, in ``LLM(speculative_config=...)`` or
 ``vllm serve --speculative-config '...'``::
@@ -12,94 +12,53 @@ become a ``GammaTuneSettings`` (which travels to every worker inside
 dict of vLLM's built-in ``draft_model`` method, whose draft-model machinery
 (paged KV cache, scheduler, rejection sampler) the plugin drives.
 
-Defaults. The GammaTune paper gives none; they were chosen on the real Qwen
-pair by a sweep on the tuning half of Spec-Bench (odd question ids, one
-question per category, 64 tokens, greedy, batch 1; ``benchmarks/results/
-tuning``): ``eta`` in {0.3, 0.5, 0.8} at ``gamma_init=4``, ``delta=2`` gave
-8.27 / 8.76 / 7.39 tok/s, so ``eta=0.5``; GammaTune+'s threshold in
-{0.3, 0.4, 0.6} gave 7.85 / 8.05 / 8.91 tok/s, so ``confidence_threshold=0.6``.
-``delta=2`` (Hugging Face's expansion step) and ``gamma_init=4`` (the middle
-of the paper's sweep; the methods are insensitive to it, see README) were not
-swept. AssistantThreshold keeps Hugging Face's default threshold, 0.4.
+The methods, their parameters, defaults and validation are the registry's
+(``vllm_gammatune.methods``); the names below re-export it for the modules
+that read them from here.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 from typing import Any
 
-from vllm_gammatune.policies import (
-    ADASD_MODES,
-    AdaSDPolicy,
-    AssistantThresholdPolicy,
-    CostAwarePolicy,
-    DraftLengthPolicy,
-    FixedLinearCost,
-    FixedDraftPolicy,
-    GammaTunePolicy,
-    HFHeuristicPolicy,
+from vllm_gammatune.methods import (  # noqa: F401 (re-exported)
+    ALL_PLUGIN_KEYS,
+    DEFAULT_ADASD_MODE,
+    DEFAULT_ADASD_NUM_SPECULATIVE_TOKENS,
+    DEFAULT_ASSISTANT_THRESHOLD,
+    DEFAULT_CONFIDENCE_THRESHOLD,
+    DEFAULT_COST_AWARE_NUM_SPECULATIVE_TOKENS,
+    DEFAULT_DELTA,
+    DEFAULT_ETA,
+    DEFAULT_GAMMA_INIT,
+    DEFAULT_GAMMA_MIN,
+    DEFAULT_MIN_DRAFT_GAIN,
+    DEFAULT_NUM_SPECULATIVE_TOKENS,
+    DEFAULT_PROBE_BUDGET,
+    DEFAULT_PROBE_INTERVAL,
+    LOSSY_METHODS,
+    METHOD_ADASD,
+    METHOD_ASSISTANT_THRESHOLD,
+    METHOD_COST_AWARE,
+    METHOD_FIXED,
+    METHOD_GAMMATUNE,
+    METHOD_GAMMATUNE_PLUS,
+    METHOD_HF_HEURISTIC,
+    METHODS,
+    PLUGIN_METHODS,
+    STEP_COST_KEYS,
+    GammaTuneConfigError,
+    is_plugin_method,
+    methods_taking,
+    require_int,
+    resolve_parameters,
 )
+from vllm_gammatune.policies import DraftLengthPolicy
 
 #: Key of the plugin's settings inside ``VllmConfig.additional_config``.
 ADDITIONAL_CONFIG_KEY = "vllm_gammatune"
-
-#: The plugin's methods; each becomes vLLM's ``draft_model`` underneath.
-METHOD_GAMMATUNE = "gammatune"
-METHOD_GAMMATUNE_PLUS = "gammatune_plus"
-METHOD_FIXED = "fixed_draft"
-METHOD_HF_HEURISTIC = "hf_heuristic"
-METHOD_ASSISTANT_THRESHOLD = "assistant_threshold"
-#: Lossy: changes what the target accepts (AdaSD paper). Never on unless asked.
-METHOD_ADASD = "adasd"
-#: Cost-aware lengths (0 allowed), from measured step costs (policies/cost_aware.py).
-METHOD_COST_AWARE = "gammatune_cost"
-
-#: method -> plugin keys it accepts (besides vLLM's own draft_model keys).
-_METHOD_KEYS: dict[str, tuple[str, ...]] = {
-    METHOD_GAMMATUNE: ("gamma_init", "gamma_min", "eta", "delta"),
-    METHOD_GAMMATUNE_PLUS: (
-        "gamma_init",
-        "gamma_min",
-        "eta",
-        "delta",
-        "confidence_threshold",
-    ),
-    METHOD_FIXED: ("gamma_init",),
-    METHOD_HF_HEURISTIC: ("gamma_init",),
-    METHOD_ASSISTANT_THRESHOLD: ("gamma_init", "confidence_threshold"),
-    METHOD_ADASD: ("adasd_mode", "adasd_window"),
-    METHOD_COST_AWARE: ("probe_interval", "probe_budget", "min_draft_gain", "fixed_step_costs"),
-}
-#: Methods whose outputs may differ from the target's.
-LOSSY_METHODS = (METHOD_ADASD,)
-PLUGIN_METHODS: tuple[str, ...] = tuple(_METHOD_KEYS)
-_ALL_PLUGIN_KEYS = frozenset(k for keys in _METHOD_KEYS.values() for k in keys)
-
-DEFAULT_NUM_SPECULATIVE_TOKENS = 16
-DEFAULT_GAMMA_INIT = 4
-DEFAULT_GAMMA_MIN = 1
-DEFAULT_ETA = 0.5
-DEFAULT_DELTA = 2
-#: GammaTune+'s tau, chosen by the tuning sweep (README, "Defaults").
-DEFAULT_CONFIDENCE_THRESHOLD = 0.6
-#: AssistantThreshold keeps Hugging Face's assistant_confidence_threshold default.
-DEFAULT_ASSISTANT_THRESHOLD = 0.4
-#: AdaSD: the paper's maximum window W (Appendix A) is the default cap.
-DEFAULT_ADASD_NUM_SPECULATIVE_TOKENS = 20
-DEFAULT_ADASD_MODE = "both"
-#: gammatune_cost: a smaller default cap keeps its per-step search short
-#: (0.3 ms for 16 requests at cap 8; the search is cap x requests).
-DEFAULT_COST_AWARE_NUM_SPECULATIVE_TOKENS = 8
-DEFAULT_PROBE_INTERVAL = 8
-#: gammatune_cost: share of engine time that probes may lose in steps that
-#: would not draft otherwise (``CostAwarePolicy``)
-DEFAULT_PROBE_BUDGET = 0.01
-#: gammatune_cost: the predicted gain over not drafting a step needs to draft
-DEFAULT_MIN_DRAFT_GAIN = 0.05
-#: gammatune_cost's fixed_step_costs: the four coefficients, in seconds
-STEP_COST_KEYS = ("target_step_s", "target_token_s", "draft_pass_s", "draft_token_s")
 
 # vLLM keys the plugin sets itself or cannot honour.
 _REFUSED_VLLM_KEYS = {
@@ -111,10 +70,6 @@ _REFUSED_VLLM_KEYS = {
     "disable_padded_drafter_batch": "vLLM's draft model only supports the padded "
     "drafter batch",
 }
-
-
-class GammaTuneConfigError(ValueError):
-    """A bad speculative_config for one of the plugin's methods."""
 
 
 @dataclass(frozen=True)
@@ -153,48 +108,9 @@ class GammaTuneSettings:
         return cls(**data)
 
     def make_policy(self) -> DraftLengthPolicy:
-        cap = self.num_speculative_tokens
-        if self.method in (METHOD_GAMMATUNE, METHOD_GAMMATUNE_PLUS):
-            return GammaTunePolicy(
-                cap,
-                gamma_init=self.gamma_init,
-                gamma_min=self.gamma_min,
-                eta=self.eta,
-                delta=self.delta,
-                confidence_threshold=self.confidence_threshold,
-            )
-        if self.method == METHOD_FIXED:
-            return FixedDraftPolicy(cap, self.gamma_init)
-        if self.method == METHOD_HF_HEURISTIC:
-            return HFHeuristicPolicy(cap, self.gamma_init)
-        if self.method == METHOD_ADASD:
-            assert self.adasd_mode is not None and self.adasd_window is not None
-            return AdaSDPolicy(cap, window=self.adasd_window, mode=self.adasd_mode)
-        if self.method == METHOD_COST_AWARE:
-            assert None not in (self.probe_interval, self.probe_budget, self.min_draft_gain)
-            costs = self.fixed_step_costs
-            return CostAwarePolicy(
-                cap,
-                probe_interval=self.probe_interval,
-                probe_budget=self.probe_budget,
-                min_draft_gain=self.min_draft_gain,
-                target_cost=None if costs is None else FixedLinearCost(
-                    costs["target_step_s"], costs["target_token_s"]),
-                draft_cost=None if costs is None else FixedLinearCost(
-                    costs["draft_pass_s"], costs["draft_token_s"]),
-                # given costs are for reproducible runs: no correction by the clock
-                check_cycles=costs is None,
-            )
-        if self.method == METHOD_ASSISTANT_THRESHOLD:
-            assert self.confidence_threshold is not None
-            return AssistantThresholdPolicy(
-                cap, self.gamma_init, self.confidence_threshold
-            )
-        raise GammaTuneConfigError(_unknown_method_message(self.method))
-
-
-def is_plugin_method(method: object) -> bool:
-    return isinstance(method, str) and method in _METHOD_KEYS
+        if self.method not in METHODS:
+            raise GammaTuneConfigError(_unknown_method_message(self.method))
+        return METHODS[self.method].make_policy(self)
 
 
 def _unknown_method_message(method: object) -> str:
@@ -202,38 +118,6 @@ def _unknown_method_message(method: object) -> str:
         f"speculative_config['method']={method!r} is not a vllm-gammatune method; "
         f"allowed: {', '.join(PLUGIN_METHODS)}"
     )
-
-
-def _require_int(
-    key: str, value: Any, allowed: str, low: int, high: int | None = None
-) -> int:
-    """An integer in [low, high] (no upper bound when high is None)."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int)
-        or value < low
-        or (high is not None and value > high)
-    ):
-        raise GammaTuneConfigError(
-            f"speculative_config[{key!r}]={value!r} is not allowed: "
-            f"must be an integer {allowed}"
-        )
-    return value
-
-
-def _require_fraction(key: str, value: Any, allowed: str, ok) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise GammaTuneConfigError(
-            f"speculative_config[{key!r}]={value!r} is not allowed: "
-            f"must be a number in {allowed}"
-        )
-    value = float(value)
-    if math.isnan(value) or not ok(value):
-        raise GammaTuneConfigError(
-            f"speculative_config[{key!r}]={value!r} is not allowed: "
-            f"must be in {allowed}"
-        )
-    return value
 
 
 def split_speculative_config(
@@ -252,13 +136,13 @@ def split_speculative_config(
     method = config.get("method")
     if not is_plugin_method(method):
         raise GammaTuneConfigError(_unknown_method_message(method))
-    allowed_plugin_keys = _METHOD_KEYS[method]
+    allowed_plugin_keys = METHODS[method].parameters
 
     for key, value in config.items():
         if key in allowed_plugin_keys or key == "method":
             continue
-        if key in _ALL_PLUGIN_KEYS:
-            users = [m for m, keys in _METHOD_KEYS.items() if key in keys]
+        if key in ALL_PLUGIN_KEYS:
+            users = methods_taking(key)
             raise GammaTuneConfigError(
                 f"speculative_config[{key!r}] is not a parameter of method "
                 f"{method!r}; it belongs to: {', '.join(users)}. Parameters of "
@@ -288,129 +172,21 @@ def split_speculative_config(
             "draft model that shares the target's vocabulary (a path or name)"
         )
 
-    default_cap = {
-        METHOD_ADASD: DEFAULT_ADASD_NUM_SPECULATIVE_TOKENS,
-        METHOD_COST_AWARE: DEFAULT_COST_AWARE_NUM_SPECULATIVE_TOKENS,
-    }.get(method, DEFAULT_NUM_SPECULATIVE_TOKENS)
-    cap = _require_int(
+    cap = require_int(
         "num_speculative_tokens",
-        config.get("num_speculative_tokens", default_cap),
+        config.get("num_speculative_tokens", METHODS[method].num_speculative_tokens),
         ">= 1 (the cap on every draft, gamma_max)",
         low=1,
     )
-    gamma_min = _require_int(
-        "gamma_min",
-        config.get("gamma_min", DEFAULT_GAMMA_MIN),
-        f"in [1, gamma_max] where gamma_max = num_speculative_tokens = {cap}",
-        low=1,
-        high=cap,
-    )
-    gamma_init = _require_int(
-        "gamma_init",
-        config.get("gamma_init", min(max(DEFAULT_GAMMA_INIT, gamma_min), cap)),
-        f"in [gamma_min={gamma_min}, num_speculative_tokens={cap}]",
-        low=gamma_min,
-        high=cap,
-    )
-    eta = _require_fraction(
-        "eta", config.get("eta", DEFAULT_ETA), "(0, 1]", lambda v: 0.0 < v <= 1.0
-    )
-    delta = _require_int("delta", config.get("delta", DEFAULT_DELTA), ">= 0", low=0)
-    threshold = None
-    if "confidence_threshold" in allowed_plugin_keys:
-        default_threshold = (
-            DEFAULT_ASSISTANT_THRESHOLD
-            if method == METHOD_ASSISTANT_THRESHOLD
-            else DEFAULT_CONFIDENCE_THRESHOLD
-        )
-        threshold = _require_fraction(
-            "confidence_threshold",
-            config.get("confidence_threshold", default_threshold),
-            "(0, 1)",
-            lambda v: 0.0 < v < 1.0,
-        )
-
-    adasd_mode = adasd_window = None
-    if method == METHOD_ADASD:
-        adasd_mode = config.get("adasd_mode", DEFAULT_ADASD_MODE)
-        if adasd_mode not in ADASD_MODES:
-            raise GammaTuneConfigError(
-                f"speculative_config['adasd_mode']={adasd_mode!r} is not allowed: "
-                f"must be one of {', '.join(repr(m) for m in ADASD_MODES)} (AdaSD, "
-                "Gen-Only, Verify-Only)"
-            )
-        adasd_window = _require_int(
-            "adasd_window",
-            config.get("adasd_window", cap),
-            f"in [1, num_speculative_tokens={cap}] (AdaSD's window W)",
-            low=1,
-            high=cap,
-        )
-
-    probe_interval = probe_budget = min_draft_gain = fixed_step_costs = None
-    if method == METHOD_COST_AWARE:
-        probe_interval = _require_int(
-            "probe_interval",
-            config.get("probe_interval", DEFAULT_PROBE_INTERVAL),
-            ">= 1 (engine steps at draft length 0 before a request probes)",
-            low=1,
-        )
-        probe_budget = _require_fraction(
-            "probe_budget",
-            config.get("probe_budget", DEFAULT_PROBE_BUDGET),
-            "(0, 1] (share of engine time probes may lose; 1 = no limit)",
-            lambda v: 0.0 < v <= 1.0,
-        )
-        min_draft_gain = _require_fraction(
-            "min_draft_gain",
-            config.get("min_draft_gain", DEFAULT_MIN_DRAFT_GAIN),
-            "[0, 1) (predicted gain over not drafting a step needs to draft)",
-            lambda v: 0.0 <= v < 1.0,
-        )
-        fixed_step_costs = _step_costs(config.get("fixed_step_costs"))
-
     settings = GammaTuneSettings(
-        method=method,
-        num_speculative_tokens=cap,
-        gamma_init=gamma_init,
-        gamma_min=gamma_min,
-        eta=eta,
-        delta=delta,
-        confidence_threshold=threshold,
-        adasd_mode=adasd_mode,
-        adasd_window=adasd_window,
-        probe_interval=probe_interval,
-        probe_budget=probe_budget,
-        min_draft_gain=min_draft_gain,
-        fixed_step_costs=fixed_step_costs,
-    )
+        method=method, num_speculative_tokens=cap,
+        **resolve_parameters(METHODS[method], config, cap))
     draft_model_config = {
-        k: v for k, v in config.items() if k not in _ALL_PLUGIN_KEYS
+        k: v for k, v in config.items() if k not in ALL_PLUGIN_KEYS
     }
     draft_model_config["method"] = "draft_model"
     draft_model_config["num_speculative_tokens"] = cap
     return settings, draft_model_config
-
-
-def _step_costs(value: Any) -> dict[str, float] | None:
-    """gammatune_cost's optional fixed costs: all four keys, seconds >= 0."""
-    if value is None:
-        return None
-    allowed = f"a dict with exactly the keys {', '.join(STEP_COST_KEYS)} (seconds >= 0)"
-    if not isinstance(value, dict) or set(value) != set(STEP_COST_KEYS):
-        raise GammaTuneConfigError(
-            f"speculative_config['fixed_step_costs']={value!r} is not allowed: "
-            f"must be {allowed}")
-    costs = {}
-    for key in STEP_COST_KEYS:
-        costs[key] = _require_fraction(
-            f"fixed_step_costs.{key}", value[key], ">= 0 seconds (finite)",
-            lambda v: 0.0 <= v < math.inf)
-    if costs["target_step_s"] + costs["target_token_s"] <= 0.0:
-        raise GammaTuneConfigError(
-            "speculative_config['fixed_step_costs']: target_step_s and "
-            "target_token_s cannot both be 0 (a target step takes time)")
-    return costs
 
 
 def plugin_section(additional_config: dict[str, Any] | None) -> dict[str, Any]:

@@ -53,6 +53,11 @@ class DraftKVHoles:
     def __len__(self) -> int:
         return len(self._hole_start)
 
+    @property
+    def num_requests(self) -> int:
+        """Requests with an entry (a hole, or their inherited blocks checked)."""
+        return len(self._seen | set(self._hole_start))
+
     def hole_start(self, req_id: str) -> int | None:
         return self._hole_start.get(req_id)
 

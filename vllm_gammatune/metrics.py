@@ -74,6 +74,8 @@ _HEADER_FIELDS = (
     "drafting_scale_milli",
     "drafter_confirmed",
 )
+#: header field -> its slot in the file (fields are addressed by name)
+_SLOT = {name: slot for slot, name in enumerate(_HEADER_FIELDS)}
 _INT64 = struct.Struct("<q")
 
 
@@ -111,15 +113,19 @@ class StepCounters:
     def attach(cls, path: str, max_num_draft_tokens: int) -> StepCounters:
         return cls(path, max_num_draft_tokens, owner=False)
 
-    def _read(self, index: int) -> int:
-        return _INT64.unpack_from(self._map, index * _INT64.size)[0]
+    def _read(self, slot: int) -> int:
+        return _INT64.unpack_from(self._map, slot * _INT64.size)[0]
 
-    def _add(self, index: int, value: int) -> None:
-        offset = index * _INT64.size
+    def _add_at(self, slot: int, value: int) -> None:
+        offset = slot * _INT64.size
         _INT64.pack_into(self._map, offset, _INT64.unpack_from(self._map, offset)[0] + value)
 
-    def _set(self, index: int, value: int) -> None:
-        _INT64.pack_into(self._map, index * _INT64.size, value)
+    def _add(self, field: str, value: int) -> None:
+        """Add to the header field named ``field`` (one of ``_HEADER_FIELDS``)."""
+        self._add_at(_SLOT[field], value)
+
+    def _set(self, field: str, value: int) -> None:
+        _INT64.pack_into(self._map, _SLOT[field] * _INT64.size, value)
 
     def record_step(
         self,
@@ -135,23 +141,23 @@ class StepCounters:
         drafting_scale: float | None = None,
     ) -> None:
         """Add one drafting step (one entry per request that drafted)."""
-        base = len(_HEADER_FIELDS)
+        base = len(_HEADER_FIELDS)  # the histogram follows the header
         for length in num_draft_tokens_per_request:
-            self._add(base + min(length, self.max_num_draft_tokens), 1)
-        self._add(0, len(num_draft_tokens_per_request))
-        self._add(1, sum(num_draft_tokens_per_request))
-        self._add(2, num_planned_draft_tokens)
-        self._add(3, num_confidence_stops)
-        self._set(4, tracked_requests)
-        self._add(5, num_draft_forward_passes)
-        self._add(6, num_entropy_stops)
+            self._add_at(base + min(length, self.max_num_draft_tokens), 1)
+        self._add("num_drafts", len(num_draft_tokens_per_request))
+        self._add("num_draft_tokens", sum(num_draft_tokens_per_request))
+        self._add("num_planned_draft_tokens", num_planned_draft_tokens)
+        self._add("num_confidence_stops", num_confidence_stops)
+        self._set("tracked_requests", tracked_requests)
+        self._add("num_draft_forward_passes", num_draft_forward_passes)
+        self._add("num_entropy_stops", num_entropy_stops)
         if policy_seconds is not None:
-            self._set(11, round(policy_seconds * 1e6))
-        self._add(12, num_skipped_draft_steps)
-        self._add(13, num_catch_up_tokens)
-        self._add(14, 1)
+            self._set("plugin_micros", round(policy_seconds * 1e6))
+        self._add("num_skipped_draft_steps", num_skipped_draft_steps)
+        self._add("num_catch_up_tokens", num_catch_up_tokens)
+        self._add("num_steps", 1)
         if drafting_scale is not None:
-            self._set(15, round(drafting_scale * 1000))
+            self._set("drafting_scale_milli", round(drafting_scale * 1000))
 
     def mark_drafter_confirmed(self) -> None:
         """The worker confirmed it built the plugin's drafter (``runner_choice``)."""
@@ -159,7 +165,7 @@ class StepCounters:
 
     def set_tracked_requests(self, tracked_requests: int) -> None:
         """The number of requests with policy state, between drafting steps."""
-        self._set(4, tracked_requests)
+        self._set("tracked_requests", tracked_requests)
 
     def record_verification(
         self,
@@ -168,11 +174,11 @@ class StepCounters:
         verification_thresholds: list[float],
     ) -> None:
         """AdaSD: relaxed acceptances and the thresholds in force (one per request)."""
-        self._add(7, num_relaxed_acceptances)
+        self._add("num_relaxed_acceptances", num_relaxed_acceptances)
         finite = [t for t in generation_thresholds if t != float("inf")]
-        self._add(8, round(sum(finite) * 1e6))
-        self._add(9, round(sum(verification_thresholds) * 1e6))
-        self._add(10, len(verification_thresholds))
+        self._add("generation_threshold_micro_sum", round(sum(finite) * 1e6))
+        self._add("verification_threshold_micro_sum", round(sum(verification_thresholds) * 1e6))
+        self._add("num_threshold_samples", len(verification_thresholds))
 
     def snapshot(self) -> dict[str, object]:
         values = {name: self._read(i) for i, name in enumerate(_HEADER_FIELDS)}

@@ -6,10 +6,14 @@ one JSON line per verified draft to ``<path>``::
 
     {"req_id": "...", "step": 3, "num_draft_tokens": 5, "num_accepted_tokens": 2}
 
-``step`` counts the request's verifications from 1. With ``gammatune_cost``
-the proposer also appends one line per engine step with what the policy
-decided (``record_step``: ``{"event": "plan", ...}``, the fields of
-``CostAwarePolicy.StepDecision``), so a trace shows why a step drafted. Lines are buffered in
+``step`` counts the request's verifications from 1; the count of a request
+is dropped when the request leaves the engine (``forget_missing``, called
+where the drafter drops the request's other state), so a long-running
+server's trace writer holds the live requests only. For a policy that keeps
+a record of its decisions (``gammatune_cost``) the proposer also appends one
+line per engine step with what the policy decided (``record_step``:
+``{"event": "plan", ...}``, the fields of ``CostAwarePolicy``'s
+``StepDecision``), so a trace shows why a step drafted. Lines are buffered in
 memory and appended to the file every ``FLUSH_SECONDS`` by a daemon thread
 (vLLM may SIGKILL an idle worker at shutdown, which skips ``atexit``), when
 ``FLUSH_EVERY`` lines are waiting, and at process exit. Without the
@@ -76,6 +80,19 @@ class TraceWriter:
         with self._lock:
             self._steps.pop(req_id, None)
 
+    def forget_missing(self, live_req_ids) -> None:
+        """``forget`` every request that is not live."""
+        with self._lock:
+            gone = [req_id for req_id in self._steps if req_id not in live_req_ids]
+        for req_id in gone:
+            self.forget(req_id)
+
+    @property
+    def num_requests(self) -> int:
+        """Requests with a step counter."""
+        with self._lock:
+            return len(self._steps)
+
     def flush(self) -> None:
         with self._write_lock:
             with self._lock:
@@ -113,6 +130,12 @@ def record(req_id: str, num_draft_tokens: int, num_accepted_tokens: int) -> None
     trace = writer()
     if trace is not None:
         trace.record(req_id, num_draft_tokens, num_accepted_tokens)
+
+
+def forget_missing(live_req_ids) -> None:
+    """Drop the step counters of requests that are not live (no-op when off)."""
+    if _writer is not None:
+        _writer.forget_missing(live_req_ids)
 
 
 def record_step(decision) -> None:

@@ -253,12 +253,19 @@ def test_modes_list():
 
 
 # -- interface and bad arguments ---------------------------------------------------
-def test_count_based_observe_names_observe_verification():
+def test_capabilities_route_learning_and_stops_through_the_base_contract():
     policy = AdaSDPolicy(16, 16, "both")
     assert isinstance(policy, DraftLengthPolicy)
     assert policy.confidence_threshold is None
-    with pytest.raises(NotImplementedError, match="observe_verification"):
-        policy.observe(policy.new_state(), 4, 2, BATCH)
+    # it learns token by token at the rejection sampler, not from counts
+    assert policy.learns_per_token and policy.relaxes_verification
+    state = policy.observe_verification(policy.new_state(), [0.1, 0.2], (2.5, 0.6))
+    assert policy.observe(state, 4, 2, BATCH) is state
+    # its entropy stop is the base class's per-token stop, at T_G
+    assert policy.stop_measure == "entropy"
+    assert policy.stop_threshold(state) == policy.generation_threshold(state) == 2.5
+    assert AdaSDPolicy(16, 16, "verification").stop_measure is None
+    assert not AdaSDPolicy(16, 16, "generation").relaxes_verification
 
 
 def test_unknown_mode_is_refused_naming_the_field():

@@ -107,8 +107,9 @@ def test_policies_do_not_import_vllm():
 
     code = (
         "import sys, vllm_gammatune.policies, vllm_gammatune.state, "
-        "vllm_gammatune.config; "
-        "assert not any(m == 'vllm' or m.startswith('vllm.') for m in sys.modules), "
-        "sorted(m for m in sys.modules if m.startswith('vllm'))"
+        "vllm_gammatune.config, vllm_gammatune.methods; "
+        "assert not any(m in ('vllm', 'torch') or m.startswith(('vllm.', 'torch.')) "
+        "for m in sys.modules), "
+        "sorted(m for m in sys.modules if m.startswith(('vllm', 'torch')))"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

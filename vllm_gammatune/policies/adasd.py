@@ -68,15 +68,14 @@ Every mode records the same statistics, so a state's means are comparable
 across modes.
 
 Interface. AdaSD learns from entropies and distances, not from the token
-counts that ``DraftLengthPolicy.observe(state, num_draft_tokens,
-num_accepted_tokens, batch)`` receives, so its update is
-``observe_verification(state, accepted_distances, rejected)``; the count-based
-``observe`` raises ``NotImplementedError`` naming it (silently keeping the
-state would freeze both thresholds at 0 without anyone noticing). The drafter
-applies ``should_stop_drafting`` token by token, as it applies the base
-class's ``confidence_threshold`` (which stays None here), and the rejection
-sampler applies ``accepts_mismatch``; ``draft_length`` and ``count_accepted``
-are the pure reference of both loops.
+counts of ``DraftLengthPolicy.observe``: it declares ``learns_per_token``,
+so its update is ``observe_verification(state, accepted_distances,
+rejected)``, called at the rejection sampler, and the count-based ``observe``
+is never called for it. Its entropy stop is the base class's per-token stop
+(``stop_measure`` "entropy", ``stop_threshold`` = T_G), applied by the
+drafter token by token; its relaxation is ``relaxes_verification`` and
+``accepts_mismatch``, applied by the rejection sampler. ``draft_length`` and
+``count_accepted`` are the pure reference of both loops.
 """
 
 from __future__ import annotations
@@ -139,6 +138,9 @@ class AdaSDState:
 class AdaSDPolicy(DraftLengthPolicy):
     """Algorithm 1 of the AdaSD paper, one state per request.
 
+    Learns at the rejection sampler (``observe_verification``): the draft's
+    entropies and the distances to the target are what it learns from.
+
     Args:
         max_num_draft_tokens: the cap (vLLM's num_speculative_tokens).
         window: the maximum window size W (the paper uses 20), in
@@ -146,6 +148,8 @@ class AdaSDPolicy(DraftLengthPolicy):
         mode: one of ``ADASD_MODES``: "both" (AdaSD), "generation" (Gen-Only)
             or "verification" (Verify-Only).
     """
+
+    learns_per_token = True
 
     def __init__(self, max_num_draft_tokens: int, window: int, mode: str):
         super().__init__(max_num_draft_tokens)
@@ -209,6 +213,17 @@ class AdaSDPolicy(DraftLengthPolicy):
         if accepted is None or rejected is None:
             return 0.0
         return (accepted + rejected) / 2.0
+
+    # -- the per-token stop, as the drafter applies it (line 6) -----------------
+    @property
+    def stop_measure(self) -> str | None:
+        """"entropy" (the draft stops after a token with H(q_i) > T_G); None
+        in Verify-Only, which drafts a fixed length."""
+        return "entropy" if self.stops_on_entropy else None
+
+    def stop_threshold(self, state: AdaSDState) -> float:
+        """T_G of this request (``generation_threshold``)."""
+        return self.generation_threshold(state)
 
     # -- the two tests ----------------------------------------------------------
     def should_stop_drafting(self, state: AdaSDState, entropy: float) -> bool:
@@ -304,14 +319,6 @@ class AdaSDPolicy(DraftLengthPolicy):
             num_rejected=num_rejected,
             rejected_entropy_sum=rejected_entropy_sum,
             rejected_distance_sum=rejected_distance_sum,
-        )
-
-    def observe(self, state, num_draft_tokens, num_accepted_tokens, batch):
-        raise NotImplementedError(
-            "AdaSDPolicy learns from entropies and JS distances, not token "
-            "counts: call observe_verification(state, accepted_distances, "
-            "rejected) instead of observe(state, num_draft_tokens, "
-            "num_accepted_tokens, batch)"
         )
 
 

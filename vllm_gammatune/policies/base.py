@@ -1,10 +1,33 @@
-"""The draft-length policy interface.
+"""The draft-length policy interface: everything the proposer asks of a policy.
 
 A policy decides, per request, how many tokens the draft model proposes next
-(``next_num_draft_tokens``) and learns from each verification of that request
-(``observe``). Policies are pure Python and never import vLLM or torch: the
-vLLM-facing proposer (``vllm_gammatune.proposer``) keeps one state object per
-``req_id`` and calls the policy with plain integers.
+(``next_num_draft_tokens``, or ``plan_batch`` for the whole step) and learns
+from each verification of that request (``observe``). Policies are pure
+Python and never import vLLM or torch: the vLLM-facing proposer
+(``vllm_gammatune.proposer``) keeps one state object per ``req_id`` and calls
+the policy with plain numbers.
+
+Beyond that, a policy may use optional capabilities, each a hook on
+``DraftLengthPolicy`` whose default leaves it off; the proposer calls the
+hooks of every policy alike and never asks which policy it has:
+
+- per-token early stop (``stop_measure``, ``stop_threshold``): a request's
+  draft ends after the first token whose top probability is below, or whose
+  entropy is above, the request's threshold;
+- per-token verification (``learns_per_token``, ``relaxes_verification``,
+  ``accepts_mismatch``, ``verification_threshold``, ``observe_verification``):
+  the policy learns at the rejection sampler from each draft token's entropy
+  and distance to the target, instead of from counts, and may accept a token
+  that differs from the target's (lossy);
+- step timing (``times_steps``, ``observe_target_step``,
+  ``observe_draft_pass``, ``observe_catch_up_pass``,
+  ``observe_cycle_wall_time``): the proposer measures what the engine's steps
+  cost and reports it;
+- skipping the draft model (``skips_drafts``): the policy may plan 0 tokens
+  for every request of a step; the proposer then runs no draft pass and
+  catches the draft up before a request drafts again;
+- explaining a step (``last_decision``, ``cycle_check``): what the last plan
+  decided, for traces, and the policy's check against the clock, for metrics.
 
 Vocabulary at the boundary follows vLLM's: ``num_draft_tokens`` is how many
 tokens were actually proposed (after any confidence stop), ``num_accepted_tokens``
@@ -14,6 +37,7 @@ how many of them the target accepted.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +78,29 @@ class DraftLengthPolicy(ABC):
     #: is below this value (None: never stop on confidence).
     confidence_threshold: float | None = None
 
+    #: The policy learns from each verification token by token at the
+    #: rejection sampler (``observe_verification``, with the draft's kept
+    #: entropies), not from counts: the proposer then does not call ``observe``.
+    learns_per_token: bool = False
+    #: The policy may accept a draft token the target would not have emitted
+    #: (``accepts_mismatch``; lossy). The proposer then keeps each draft
+    #: token's distribution until its verification; only a policy that
+    #: ``learns_per_token`` is verified token by token, so it needs both.
+    relaxes_verification: bool = False
+    #: The policy reads the step costs the proposer measures (the
+    #: ``observe_*`` timing hooks). Its plan then depends on this process's
+    #: clock, so with tensor parallelism every rank drafts what rank 0 planned.
+    times_steps: bool = False
+    #: The policy may plan 0 tokens for every request of a step: the proposer
+    #: then skips the draft model, and ``BatchView`` carries what a plan needs
+    #: to weigh catching the draft up (``catch_up_tokens``, ``has_prefill``,
+    #: ``remaining_tokens``).
+    skips_drafts: bool = False
+    #: The policy's check of its predictions against the clock
+    #: (``policies.cycle_check.CycleCheck``), whose drafting scale the metrics
+    #: report; None: no such check.
+    cycle_check = None
+
     def __init__(self, max_num_draft_tokens: int):
         if max_num_draft_tokens < 1:
             raise ValueError(
@@ -73,12 +120,12 @@ class DraftLengthPolicy(ABC):
         """Every request's length for this step, in batch order.
 
         Per-request policies plan each request alone; a policy that weighs the
-        requests against each other (``CostAwarePolicy``) overrides this and
-        may return 0 (no draft for that request this step).
+        requests against each other (``CostAwarePolicy``) overrides this and,
+        if it ``skips_drafts``, may return 0 (no draft for that request this
+        step).
         """
         return [self.next_num_draft_tokens(s, batch) for s in states]
 
-    @abstractmethod
     def observe(
         self,
         state: Any,
@@ -86,7 +133,79 @@ class DraftLengthPolicy(ABC):
         num_accepted_tokens: int,
         batch: BatchView,
     ) -> Any:
-        """Return the state after one verification of this request."""
+        """Return the state after one verification of this request (counts).
+
+        Default: the counts change nothing (a fixed length). Not called for a
+        policy that ``learns_per_token``.
+        """
+        self._check_observation(num_draft_tokens, num_accepted_tokens)
+        return state
+
+    # -- per-token early stop ---------------------------------------------------
+    @property
+    def stop_measure(self) -> str | None:
+        """What a draft's per-token stop compares with ``stop_threshold``:
+        "confidence" (stop after a token whose top probability is below it),
+        "entropy" (after a token whose entropy in bits is above it), or None
+        (no early stop). Default: "confidence" when ``confidence_threshold``
+        is set."""
+        return None if self.confidence_threshold is None else "confidence"
+
+    def stop_threshold(self, state: Any) -> float:
+        """This request's threshold for ``stop_measure`` (read at each plan)."""
+        assert self.confidence_threshold is not None
+        return self.confidence_threshold
+
+    # -- per-token verification ---------------------------------------------------
+    def accepts_mismatch(self, state: Any, js_distance: float) -> bool:
+        """Whether a draft token that differs from the target's is accepted,
+        given the Jensen-Shannon distance of the two distributions at its
+        position. Default: never (lossless)."""
+        return False
+
+    def verification_threshold(self, state: Any) -> float:
+        """The distance below which ``accepts_mismatch`` accepts (reported as
+        a metric). Default 0: nothing is relaxed."""
+        return 0.0
+
+    def observe_verification(
+        self,
+        state: Any,
+        accepted_distances: Sequence[float],
+        rejected: tuple[float, float] | None,
+    ) -> Any:
+        """Return the state after one verification, token by token (called
+        at the rejection sampler for a policy that ``learns_per_token``).
+
+        Args:
+            accepted_distances: JS distance of every accepted draft token.
+            rejected: (entropy in bits, JS distance) of the first rejected
+                draft token, or None when every drafted token was accepted.
+        """
+        return state
+
+    # -- step timing (seconds, measured by the proposer) -------------------------
+    def observe_target_step(self, num_scheduled_tokens: int, seconds: float,
+                            batch_size: int = 1) -> None:
+        """One target step over ``num_scheduled_tokens`` tokens took ``seconds``."""
+
+    def observe_draft_pass(self, num_tokens: int, seconds: float,
+                           batch_size: int = 1) -> None:
+        """One decode-regime draft pass over ``num_tokens`` tokens."""
+
+    def observe_catch_up_pass(self, num_tokens: int, seconds: float) -> None:
+        """One prefill-like draft pass (a catch-up, or the first pass over a
+        prompt chunk) over ``num_tokens`` tokens."""
+
+    def observe_cycle_wall_time(self, seconds: float) -> None:
+        """The wall time since the last plan (reported just before the next)."""
+
+    # -- explaining a step -----------------------------------------------------------
+    @property
+    def last_decision(self) -> Any:
+        """What the last ``plan_batch`` decided and why (a dataclass the trace
+        writes), or None when the policy keeps no such record."""
+        return None
 
     def _clamp(self, value: int, low: int = 1) -> int:
         return max(low, min(self.max_num_draft_tokens, value))

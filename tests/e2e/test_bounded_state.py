@@ -1,0 +1,64 @@
+"""The plugin's per-request tables return to empty once requests leave the
+engine, with tracing on (the trace writer's step counters included)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from llm_helpers import drafter, running_llm
+
+# drafting rarely pays: requests skip the draft model, leave holes in its KV
+# cache and probe (which catches them up), so every table is used
+RARELY_PAYS = {"target_step_s": 0.1, "target_token_s": 0.0,
+               "draft_pass_s": 0.06, "draft_token_s": 0.0}
+SPECS = {
+    "gammatune_cost": {"method": "gammatune_cost", "num_speculative_tokens": 4,
+                       "probe_interval": 2, "probe_budget": 1.0,
+                       "fixed_step_costs": RARELY_PAYS},
+    "adasd": {"method": "adasd", "num_speculative_tokens": 6},
+}
+
+
+def table_sizes(plugin_drafter, writer) -> dict[str, int]:
+    return {
+        "policy states": len(plugin_drafter.request_states),
+        "kept drafts": len(plugin_drafter.pending_drafts),
+        "draft KV holes": plugin_drafter.draft_kv_holes.num_requests,
+        "trace step counters": writer.num_requests,
+    }
+
+
+@pytest.mark.parametrize("method", list(SPECS))
+def test_tables_empty_after_many_requests_with_tracing(tiny, tmp_path, monkeypatch, method):
+    from vllm import SamplingParams
+
+    from vllm_gammatune import trace
+
+    monkeypatch.setenv(trace.ENV_VAR, str(tmp_path / "trace.jsonl"))
+    trace._reset_for_tests()
+    rng = random.Random(0)
+    spec = {**SPECS[method], "model": tiny["draft"]}
+    try:
+        with running_llm(tiny["target"], spec, enable_prefix_caching=True) as llm:
+            plugin_drafter = drafter(llm)
+            writer = trace.writer()
+            peak = dict.fromkeys(table_sizes(plugin_drafter, writer), 0)
+            for _ in range(12):  # 12 batches of 16: 192 requests
+                prompts = [" ".join(rng.choice(["def", "x", "fox", "1", "hello world"])
+                                    for _ in range(rng.randint(1, 60))) for _ in range(16)]
+                llm.generate(prompts, SamplingParams(temperature=0, max_tokens=12))
+                sizes = table_sizes(plugin_drafter, writer)
+                peak = {name: max(peak[name], size) for name, size in sizes.items()}
+            # the next engine step tells the worker the last batch finished
+            llm.llm_engine.step()
+            after = table_sizes(plugin_drafter, writer)
+    finally:
+        trace._reset_for_tests()
+    # every table of this method was used, and none holds more than a batch
+    used = {"gammatune_cost": ("policy states", "draft KV holes", "trace step counters"),
+            "adasd": ("policy states", "kept drafts")}[method]
+    for name in used:
+        assert 0 < peak[name] <= 16, (name, peak)
+    assert after == dict.fromkeys(after, 0)

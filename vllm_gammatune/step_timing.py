@@ -1,0 +1,123 @@
+"""Timing the engine's steps for a policy that plans from measured costs.
+
+For a policy that ``times_steps`` (``gammatune_cost``), the proposer reports
+what each part of a step costs, through the policy's timing hooks:
+
+- the target step: the time from the end of one proposal to the start of the
+  next, at points where the device is synchronised anyway; it includes what
+  vLLM does around the forward (scheduling, sampling, output processing),
+  since that is what a step costs. Steps with a prompt chunk are not
+  reported: prefill chunks are compute-bound and hundreds of tokens long, and
+  a line through them says little about verifying a few draft tokens;
+- each draft forward pass (timed from its start to the sampling of its
+  tokens): the first over the step's target tokens and one new token per
+  request, the later ones over one token per request. Over a prompt chunk
+  the first pass is prefill-like and is reported as a catch-up pass;
+- each catch-up pass over the positions a request missed;
+- the wall time from one plan to the next, which the policy's check against
+  the clock charges to the plan (so time no pass timer sees counts too).
+
+Since the plan then depends on this process's clock, tensor-parallel ranks
+could plan differently (and a draft forward with different lengths on two
+ranks would hang their collectives): every rank drafts what rank 0 planned
+(``same_plan_on_every_rank``).
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from vllm_gammatune.policies import DraftLengthPolicy
+
+
+class StepTimer:
+    """The clock readings of one drafter, reported to its policy."""
+
+    def __init__(self, policy: DraftLengthPolicy, device: torch.device):
+        self.policy = policy
+        self.device = device
+        self._clock = time.perf_counter
+        self._last_step_end: float | None = None
+        #: when the last plan was made (the cycle check's wall clock)
+        self._last_plan_time: float | None = None
+        # start time and token count of the draft pass under way
+        self._pass_started: float | None = None
+        self._pass_tokens = 0
+        self._timing_passes = False
+        #: the pass under way is the first over a step with a prompt chunk
+        self._first_pass_is_prefill = False
+
+    def synchronized_clock(self) -> float:
+        """Now, after the device has finished what was queued (honest timing)."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return self._clock()
+
+    def forget_last_step(self) -> None:
+        """A proposal without drafting: the next gap is not one target step."""
+        self._last_step_end = None
+        self._last_plan_time = None
+
+    def on_plan(self, num_scheduled_tokens: int, num_reqs: int, decode_only: bool) -> None:
+        """Before a plan: the wall time since the last plan, and (on a step
+        without a prompt chunk) the target step that just ran."""
+        now = self.synchronized_clock()
+        if self._last_plan_time is not None:
+            self.policy.observe_cycle_wall_time(now - self._last_plan_time)
+        self._last_plan_time = now
+        if decode_only and self._last_step_end is not None:
+            self.policy.observe_target_step(num_scheduled_tokens,
+                                            now - self._last_step_end, num_reqs)
+
+    def on_step_end(self) -> None:
+        """The proposal is done: the next target step starts now."""
+        self._last_step_end = self._clock()
+
+    def time_catch_up(self, run) -> int:
+        """Run a catch-up (``run()`` returns its tokens) and report its time."""
+        started = self.synchronized_clock()
+        num_tokens = run()
+        self.policy.observe_catch_up_pass(num_tokens, self.synchronized_clock() - started)
+        return num_tokens
+
+    def start_passes(self, first_pass_tokens: int, first_pass_is_prefill: bool) -> None:
+        """The draft passes of this step start now; the first runs over
+        ``first_pass_tokens`` tokens."""
+        self._pass_tokens = first_pass_tokens
+        self._first_pass_is_prefill = first_pass_is_prefill
+        self._pass_started = self.synchronized_clock()
+        self._timing_passes = True
+
+    def end_passes(self) -> None:
+        self._pass_started = None
+        self._timing_passes = False
+        self._first_pass_is_prefill = False
+
+    def on_pass(self, batch_size: int) -> None:
+        """A draft pass has produced its logits: report it; the next pass
+        (if any) runs over one token per request."""
+        if not self._timing_passes:
+            return
+        now = self.synchronized_clock()
+        if self._first_pass_is_prefill:
+            self.policy.observe_catch_up_pass(self._pass_tokens, now - self._pass_started)
+            self._first_pass_is_prefill = False
+        else:
+            self.policy.observe_draft_pass(self._pass_tokens, now - self._pass_started,
+                                           batch_size)
+        self._pass_started, self._pass_tokens = now, batch_size
+
+
+def same_plan_on_every_rank(planned: list[int], device: torch.device) -> list[int]:
+    """Tensor parallelism: every rank drafts what TP rank 0 planned (one
+    small broadcast per step; nothing without tensor parallelism)."""
+    from vllm.distributed import get_tp_group
+
+    group = get_tp_group()
+    if group.world_size == 1:
+        return planned
+    # [num_reqs]
+    plan = torch.tensor(planned, dtype=torch.int64, device=device)
+    return group.broadcast(plan, src=0).tolist()
