@@ -161,7 +161,7 @@ class StepCounters:
 
     def mark_drafter_confirmed(self) -> None:
         """The worker confirmed it built the plugin's drafter (``runner_choice``)."""
-        self._set(_HEADER_FIELDS.index("drafter_confirmed"), 1)
+        self._set("drafter_confirmed", 1)
 
     def set_tracked_requests(self, tracked_requests: int) -> None:
         """The number of requests with policy state, between drafting steps."""
