@@ -17,6 +17,14 @@ what each part of a step costs, through the policy's timing hooks:
 - the wall time from one plan to the next, which the policy's check against
   the clock charges to the plan (so time no pass timer sees counts too).
 
+On the CPU every step is timed: a forward pass there is synchronous, so the
+clock readings cost nothing. On CUDA a reading has to wait for the device
+(``torch.cuda.synchronize``), which stops the CPU from queueing work ahead of
+the GPU, so the timer measures one step in ``CUDA_TIMING_PERIOD`` (and reads
+the clock once more at the next plan, to close the intervals that step
+opened); the steps between are neither timed nor synchronised. The fits the
+policy keeps are averages over many samples, so a sampled subset serves them.
+
 Since the plan then depends on this process's clock, tensor-parallel ranks
 could plan differently (and a draft forward with different lengths on two
 ranks would hang their collectives): every rank drafts what rank 0 planned
@@ -32,12 +40,26 @@ import torch
 from vllm_gammatune.policies import DraftLengthPolicy
 
 
-class StepTimer:
-    """The clock readings of one drafter, reported to its policy."""
+#: On CUDA, the timers measure (and synchronise the device on) one step in this many.
+CUDA_TIMING_PERIOD = 8
 
-    def __init__(self, policy: DraftLengthPolicy, device: torch.device):
+
+class StepTimer:
+    """The clock readings of one drafter, reported to its policy.
+
+    Args:
+        period: time one step in ``period`` (default: every step on the CPU,
+            ``CUDA_TIMING_PERIOD`` on CUDA).
+    """
+
+    def __init__(self, policy: DraftLengthPolicy, device: torch.device,
+                 period: int | None = None):
         self.policy = policy
         self.device = device
+        self.period = period or (CUDA_TIMING_PERIOD if device.type == "cuda" else 1)
+        self._plans = 0
+        #: this step is timed
+        self._measuring = True
         self._clock = time.perf_counter
         self._last_step_end: float | None = None
         #: when the last plan was made (the cycle check's wall clock)
@@ -62,21 +84,30 @@ class StepTimer:
 
     def on_plan(self, num_scheduled_tokens: int, num_reqs: int, decode_only: bool) -> None:
         """Before a plan: the wall time since the last plan, and (on a step
-        without a prompt chunk) the target step that just ran."""
+        without a prompt chunk) the target step that just ran, when the last
+        step was timed; then whether this step is timed."""
+        self._measuring = self._plans % self.period == 0
+        self._plans += 1
+        closing = self._last_plan_time is not None or self._last_step_end is not None
+        if not (self._measuring or closing):
+            return
         now = self.synchronized_clock()
         if self._last_plan_time is not None:
             self.policy.observe_cycle_wall_time(now - self._last_plan_time)
-        self._last_plan_time = now
         if decode_only and self._last_step_end is not None:
             self.policy.observe_target_step(num_scheduled_tokens,
                                             now - self._last_step_end, num_reqs)
+        self._last_plan_time = now if self._measuring else None
+        self._last_step_end = None
 
     def on_step_end(self) -> None:
         """The proposal is done: the next target step starts now."""
-        self._last_step_end = self._clock()
+        self._last_step_end = self._clock() if self._measuring else None
 
     def time_catch_up(self, run) -> int:
         """Run a catch-up (``run()`` returns its tokens) and report its time."""
+        if not self._measuring:
+            return run()
         started = self.synchronized_clock()
         num_tokens = run()
         self.policy.observe_catch_up_pass(num_tokens, self.synchronized_clock() - started)
@@ -85,6 +116,8 @@ class StepTimer:
     def start_passes(self, first_pass_tokens: int, first_pass_is_prefill: bool) -> None:
         """The draft passes of this step start now; the first runs over
         ``first_pass_tokens`` tokens."""
+        if not self._measuring:
+            return
         self._pass_tokens = first_pass_tokens
         self._first_pass_is_prefill = first_pass_is_prefill
         self._pass_started = self.synchronized_clock()
