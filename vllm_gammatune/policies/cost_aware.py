@@ -73,9 +73,8 @@ the whole chunk, which the decode-step fit prices far too low (a pass over
 will decode in is not known yet: ``LLM.generate`` hands a batch's requests
 to the engine one at a time, so its first step often holds only the first
 prompt, at batch 1, where drafting pays, while the batch then decodes at 4,
-where it does not (on the 2-core CPU 56 of 72 batches of 4 drafted just
-that once and ran at 0.965 of no speculation, the 6 that never drafted at
-1.015; README). Left undrafted, the chunk's draft prefill becomes the
+where it does not (a batch of 4 that drafts just that once pays the
+draft's prefill of a whole prompt for one drafted step). Left undrafted, the chunk's draft prefill becomes the
 request's catch-up, paid only if the request ever drafts. So such a step
 plans as a decode step would (the first pass over one token per request),
 and drafts only if that plan's gain ``g`` (the seconds its expected tokens
@@ -503,8 +502,8 @@ class CostAwarePolicy(DraftLengthPolicy):
 
         The line from decode passes is no price for a catch-up: a decode
         pass over 2 or 17 tokens costs about the same on a CPU, so its slope
-        priced a 2,160-token catch-up at 0.18 s where it took 5 s (a served
-        run of session 12, concurrency 16). It stands in only while this is
+        prices a pass over thousands of prompt tokens more than ten times
+        too low (``docs/cost-aware.md``). It stands in only while this is
         None, which is brief: until the costs are measured every step drafts,
         the first request's prompt included, and that pass is a sample here;
         if it was too short to be one, the next prompt chunk drafts to be
@@ -615,12 +614,11 @@ class CostAwarePolicy(DraftLengthPolicy):
         ``drafting_share``, the share of recent steps that drafted for their
         own sake. Unknown remaining tokens: all of it now.
 
-        Without ``drafting_share`` a catch-up was spread over steps that did
-        not come: in a served run at concurrency 4 on the 2-core CPU, new
-        requests (rated at the engine-wide acceptance rate) caught up 100 to
-        800 prompt tokens, drafted on that one step and never again, and
-        each such step took 1.5-2.4 s against 0.2 s for a step without
-        drafting (session 12's trace). Where drafting pays on most steps
+        Without ``drafting_share`` a catch-up would be spread over steps
+        that never come: where the engine rarely drafts, a new request
+        (rated at the engine-wide acceptance rate) would catch up its whole
+        prompt, draft on that one step and never again, and that step would
+        cost several ordinary steps (``docs/cost-aware.md``). Where drafting pays on most steps
         (batch 1) the share is near 1 and nothing changes; where the engine
         rarely drafts, a catch-up is charged nearly whole.
         """

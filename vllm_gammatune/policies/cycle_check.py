@@ -2,10 +2,9 @@
 
 The cost-aware policy predicts, for the plan it chooses, how many tokens the
 step will emit and how long it will take (``CostAwarePolicy`` module
-docstring). Its linear costs and geometric acceptance are models: on the
-2-core CPU at batch 4 the policy drafted on a fifth to a half of its steps
-and ran 6-11% below no speculation in the first A-B-A runs (README), so the
-models may flatter drafting there. This module measures every *cycle* (the
+docstring). Its linear costs and geometric acceptance are models with
+errors of a few percent, which is as large as what drafting gains where the
+batch makes it marginal, so the models may flatter drafting there. This module measures every *cycle* (the
 draft work planned at one step, the target step that verifies it, and the
 tokens that step emits) and compares it with the prediction:
 
@@ -32,8 +31,8 @@ step), every draft pass it planned was timed, and it took at most
 ``OUTLIER_FACTOR`` times its prediction (not an idle gap), not counting its
 catch-up passes: they are timed around the forward alone and hold no gap, and
 a cycle whose catch-up cost far more than predicted is the very evidence the
-check is for (left out, a probe whose catch-up took 5 s against 0.4 s
-predicted was charged to the probe budget at its prediction). Pure Python.
+check is for (left out, such a probe would be charged to the probe budget at
+its prediction instead of its measured cost). Pure Python.
 """
 
 from __future__ import annotations
