@@ -16,13 +16,16 @@ A config file::
 
     {"description": "...", "results": "benchmarks/results/FOLDER",
      "quick": {"per_category": 1, "limit": 4, "max_tokens": 32, ...},
+     "quick_env": {"VLLM_CPU_KVCACHE_SPACE": "1"},
      "steps": [{"harness": "run_bench", "subdir": "", "args": {"methods": "...", ...}},
                {"harness": "report"}]}
 
 ``args`` keys are the harness's options with ``_`` for ``-``; ``true`` is a
 flag, a list repeats the option. ``quick`` overrides the same keys in every
 step that takes them, so the quick plan keeps the published run's design
-(methods, batch sizes, comparison) at a smaller size. Output goes to
+(methods, batch sizes, comparison) at a smaller size; ``quick_env`` sets
+environment variables the quick plan needs unless they are set already
+(a smaller KV cache, so a first look fits beside other work). Output goes to
 ``benchmarks/runs/NAME`` (``NAME-quick`` with ``--quick``), never into the
 published folder ``results`` names: the harness resumes, so an existing
 folder's cells would be skipped rather than measured again. The harness
@@ -61,6 +64,9 @@ ENGINE_HARNESS = ("run_bench", "paired", "serve_bench")
 #: only to steps that set that key themselves (e.g. ``rounds``)
 SIZE_KEYS = ("per_category", "limit", "max_tokens")
 
+#: the keys a config may carry
+CONFIG_KEYS = {"description", "results", "steps", "quick", "quick_env"}
+
 #: the keys a step may carry
 STEP_KEYS = {"harness", "subdir", "args", "stdout"}
 
@@ -89,6 +95,9 @@ def check_config(config: dict, where: str) -> None:
     for key in ("description", "results", "steps"):
         if key not in config:
             raise ConfigError(f"{where}: missing {key!r}")
+    unknown = set(config) - CONFIG_KEYS
+    if unknown:
+        raise ConfigError(f"{where}: unknown keys {sorted(unknown)}; allowed: {sorted(CONFIG_KEYS)}")
     if not config["steps"]:
         raise ConfigError(f"{where}: 'steps' is empty")
     for i, step in enumerate(config["steps"]):
@@ -102,8 +111,9 @@ def check_config(config: dict, where: str) -> None:
                               f"allowed: {sorted(STEP_KEYS)}")
         if harness in ENGINE_HARNESS and "methods" not in step.get("args", {}):
             raise ConfigError(f"{where}: steps[{i}] ({harness}) needs args.methods")
-    if not isinstance(config.get("quick", {}), dict):
-        raise ConfigError(f"{where}: 'quick' must be an object of argument overrides")
+    for key in ("quick", "quick_env"):
+        if not isinstance(config.get(key, {}), dict):
+            raise ConfigError(f"{where}: {key!r} must be an object")
 
 
 def method_names(step: dict) -> list[str]:
@@ -143,7 +153,7 @@ def to_argv(args: dict) -> list[str]:
 def plan(name: str, quick: bool = False, out: Path | None = None,
          target: str | None = None, draft: str | None = None,
          configs: Path = CONFIGS) -> list[dict]:
-    """[{"argv": [...], "stdout": path or None}] for the named table, in order."""
+    """[{"argv": [...], "stdout": path or None, "env": {...}}] for the named table, in order."""
     config = load_config(name, configs)
     out = Path(out) if out else RUNS / (f"{name}-quick" if quick else name)
     commands = []
@@ -161,14 +171,17 @@ def plan(name: str, quick: bool = False, out: Path | None = None,
                          if value})
         argv += to_argv(args)
         stdout = folder / step["stdout"] if step.get("stdout") else None
-        commands.append({"argv": argv, "stdout": stdout})
+        env = dict(config.get("quick_env", {})) if quick else {}
+        commands.append({"argv": argv, "stdout": stdout, "env": env})
     return commands
 
 
 def shell_line(command: dict) -> str:
     import shlex
 
+    env = " ".join(f"{key}={shlex.quote(str(value))}" for key, value in command["env"].items())
     line = " ".join(shlex.quote(part) for part in command["argv"])
+    line = f"{env} {line}" if env else line
     return line + (f" > {shlex.quote(str(command['stdout']))}" if command["stdout"] else "")
 
 
@@ -178,12 +191,13 @@ def run(commands: list[dict]) -> int:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     for command in commands:
         print("+ " + shell_line(command), file=sys.stderr, flush=True)
+        step_env = {**{key: str(value) for key, value in command["env"].items()}, **env}
         if command["stdout"]:
             Path(command["stdout"]).parent.mkdir(parents=True, exist_ok=True)
             with open(command["stdout"], "w") as sink:
-                code = subprocess.call(command["argv"], cwd=REPO, env=env, stdout=sink)
+                code = subprocess.call(command["argv"], cwd=REPO, env=step_env, stdout=sink)
         else:
-            code = subprocess.call(command["argv"], cwd=REPO, env=env)
+            code = subprocess.call(command["argv"], cwd=REPO, env=step_env)
         if code:
             print(f"reproduce: step failed with exit code {code}", file=sys.stderr)
             return code

@@ -132,3 +132,18 @@ def test_every_planned_option_is_one_the_harness_accepts(name, quick):
         assert text, f"{script} --help printed nothing"
         for option in options:
             assert option in text, f"{name}: {script} has no option {option}"
+
+
+def test_the_quick_plan_sets_its_environment_and_the_full_plan_none():
+    quick = reproduce.plan("headline", quick=True)
+    assert all(c["env"] == {"VLLM_CPU_KVCACHE_SPACE": "1"} for c in quick)
+    assert reproduce.shell_line(quick[0]).startswith("VLLM_CPU_KVCACHE_SPACE=1 ")
+    assert all(c["env"] == {} for c in reproduce.plan("headline"))
+
+
+def test_a_config_with_an_unknown_key_is_refused(tmp_path):
+    (tmp_path / "bad.json").write_text(json.dumps(
+        {"description": "x", "results": "r", "quik": {},
+         "steps": [{"harness": "report"}]}))
+    with pytest.raises(reproduce.ConfigError, match="unknown keys \\['quik'\\]"):
+        reproduce.load_config("bad", tmp_path)

@@ -52,18 +52,15 @@ measured whole (``cycle_check``), its measured loss replaces the predicted
 one, so probes the model thinks cheap but the clock does not are rationed
 by the clock.
 Without it every new request would restart probing at the base interval,
-and where drafting never pays (on this CPU at batch 16 a probe step costs
-about one more target step) probing alone cost a few percent of throughput.
+and where drafting never pays (a probe step can cost about one more target
+step at a large batch) probing alone would cost a few percent of throughput.
 
 Margin: a step drafts for its own sake only if the model, after the clock's
 correction, predicts at least ``min_draft_gain`` (default 5%) more tokens per
 second than not drafting. The linear costs, the geometric acceptance and the
-measured correction each carry errors of a few percent (on the 2-core CPU,
-fresh engines of one configuration differ by up to 15% per step, and drafted
-cycles at batch 4 measured 3-7% better than skipped ones while end to end
-the method ran 3% below no speculation), and a policy meant never to be
-slower than no speculation should not draft on a predicted gain smaller
-than its own error. Probes are not held to the margin (they are rationed by
+measured correction each carry errors of a few percent, and a policy meant
+never to be slower than no speculation should not draft on a predicted gain
+smaller than its own error. Probes are not held to the margin (they are rationed by
 the probe budget).
 
 Prompt chunks: a step where some request's query is a prompt chunk
@@ -90,23 +87,22 @@ that drafted for their own sake (probes do not count).
 
 - ``p`` starts at 0: a prompt chunk drafts only once decode steps after
   earlier chunks, charged the chunk as a catch-up, have drafted. Starting
-  at 1 was self-fulfilling: with every chunk drafted no decode step had a
-  catch-up to weigh, so batches of 4 drafted on their decode steps too and
-  kept ``p`` at 1 (on the 2-core CPU the draft's prefill of their prompts
-  alone, ~2 ms a token, cost them a fifth of their time).
+  at 1 would be self-fulfilling: with every chunk drafted no decode step has
+  a catch-up to weigh, so a batch where drafting does not pay would draft on
+  its decode steps too, keep ``p`` at 1 and pay the draft's prefill of every
+  prompt.
 - Below ``p = 1/2`` no chunk drafts, however short: ``g`` is priced at the
-  prompt step's batch size, not the one the request decodes in, and with
-  ``p`` near 0 at batch 4 the short first prompt of a batch still drafted
-  once in 8 of 17 batches, at 0.96 of no speculation against 1.005 for
-  those that did not.
+  prompt step's batch size, not the one the request decodes in: with ``p``
+  near 0, the short first prompt of a batch would still draft once, at
+  batch 1, and pay for it in the batch it then decodes in.
 - While nothing has priced a catch-up ``C`` is unknown: the chunk drafts
   one token for every request with nothing to catch up, so that the draft's
   pass over it is timed (``catch_up_line``; once per engine).
 
-At batch 4 on that CPU ``p`` stays near 0 and the chunks wait; at batch 1,
-where decode steps draft even with a catch-up to pay, ``p`` rises toward 1
-and prompt chunks draft again (from the third request of a run on, in the
-batch-1 benchmark). A step with a prompt chunk that does not draft runs no
+Where drafting does not pay at the batch size requests decode in, ``p``
+stays near 0 and the chunks wait; where decode steps draft even with a
+catch-up to pay (batch 1), ``p`` rises toward 1 and prompt chunks draft
+again. A step with a prompt chunk that does not draft runs no
 probe either.
 
 Checking the model against the clock: every plan's predicted tokens and

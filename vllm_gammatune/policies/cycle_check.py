@@ -184,11 +184,10 @@ class CycleCheck:
         """efficiency(drafted) / efficiency(skipped) at this batch size, 1.0
         until drafted cycles have ``min_cycles`` measured cycles; until
         skipped ones have as many, their efficiency is taken as 1 (a skipped
-        cycle's prediction is the target fit, measured on those very steps:
-        0.95-1.0 in logged runs). Without that stand-in a batch size where
-        the policy always drafts never measures a skipped cycle, and the
-        model alone would decide there (on the 2-core CPU, batches of 4 that
-        drafted on every decode step ran at 0.80-0.96 of no speculation)."""
+        cycle's prediction is the target fit, measured on those very steps,
+        so its efficiency is close to 1). Without that stand-in a batch size
+        where the policy always drafts never measures a skipped cycle, and
+        the model alone would decide there."""
         if not self.is_informed(batch_size):
             return 1.0
         skipped = (self.efficiency(batch_size, False)
