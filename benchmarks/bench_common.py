@@ -14,8 +14,10 @@ from collections import defaultdict
 from datetime import datetime, timezone
 from pathlib import Path
 
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-SPEC_BENCH = SHARED_DATA / "spec_bench_question.jsonl"
+#: the prompts the benchmarks use, with their licences (``data/README.md``)
+DATA = Path(__file__).resolve().parent / "data"
+SPEC_BENCH = DATA / "spec_bench_question.jsonl"
+GSM8K = DATA / "gsm8k_test.jsonl"
 
 #: the GammaTune paper's initial draft lengths, and a quick subset
 PAPER_KS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 20, 24)
@@ -50,7 +52,7 @@ def load_prompts(dataset: str, per_category: int | None = None, split: str = "al
     if dataset == "specbench":
         path, name = Path(spec_bench_path), "specbench"
     elif dataset == "gsm8k":
-        path, name = SHARED_DATA / "gsm8k_test.jsonl", "gsm8k"
+        path, name = GSM8K, "gsm8k"
     else:
         path = Path(dataset)
         name = path.stem
@@ -175,6 +177,22 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+#: the instruction-set extensions that decide which CPU kernels vLLM and oneDNN use
+_ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile")
+
+
+def cpu_isa() -> list[str]:
+    """The CPU's vector extensions among ``_ISA_FLAGS`` (from /proc/cpuinfo's flags)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                return [flag for flag in _ISA_FLAGS if flag in flags]
+    except OSError:
+        pass
+    return []
+
+
 def git_commit() -> str | None:
     repo = Path(__file__).resolve().parents[1]
     try:
@@ -206,6 +224,7 @@ def run_context(args, target: str, draft: str) -> dict:
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.platform()}",
         "platform": platform.platform(),
         "cpu_model": cpu_model(),
+        "cpu_isa": cpu_isa(),
         "cpu_count": os.cpu_count(),
         "omp_threads_bind": os.environ.get("VLLM_CPU_OMP_THREADS_BIND"),
         "env": {k: v for k, v in sorted(os.environ.items())

@@ -25,7 +25,7 @@ import re
 import sys
 from pathlib import Path
 
-from bench_common import SHARED_DATA
+from bench_common import GSM8K
 
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 _BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
@@ -87,7 +87,7 @@ def main() -> None:
     directory = Path(sys.argv[1])
     rows = [json.loads(line) for line in (directory / "cells.jsonl").open()]
     answers = [float(json.loads(line)["answer"].split("####")[-1].strip().replace(",", ""))
-               for line in (SHARED_DATA / "gsm8k_test.jsonl").open()]
+               for line in GSM8K.open()]
     reference = next((r for r in rows if r["method"] == "no_spec"), None)
     reference_correct = ([final_number(t) == a for t, a in zip(reference["texts"], answers)]
                          if reference else None)

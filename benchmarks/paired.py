@@ -1,20 +1,20 @@
 """Interleaved paired benchmark: every method's engine alive at once, batches alternating.
 
-    python benchmarks/paired.py --out benchmarks/results/issue6_paired \\
+    python benchmarks/paired.py --out benchmarks/runs/paired \\
         --methods no_spec,gammatune_cost --k 8 --batch-sizes 4,16 --rounds 6 \\
         --max-tokens 64 --split eval --per-category 2
     python benchmarks/paired.py --out DIR --summary-only
 
 Why: on this CPU the machine's speed drifts by 10-15% over minutes (fresh
 engines of one configuration differ that much, and two runs minutes apart
-too), so engine-per-run A-B-A series (``aba.py``) need many rounds to say
+too), so engine-per-run A-B-A series (``diagnostics/aba.py``) need many rounds to say
 whether a method is within a few percent of its baseline. Here one process
 starts one engine per method (each its own vLLM engine-core process, as
 ``LLM`` does) and, for each batch of prompts, runs that batch on every
 engine back to back, rotating which engine goes first. Drift slower than
 one batch (10-40 s at batch 4-16 on the real pair) cancels in the ratio;
-faster noise does not (back-to-back batches at batch 4 differ by 7% here,
-``issue6_paired``) and only averages out over rounds.
+faster noise does not (back-to-back batches at batch 4 differ by several
+percent on a small CPU) and only averages out over rounds.
 
 A round is the whole prompt set at one batch size, every engine. Per round
 and method: tokens/s (its batches' tokens over their wall time); the summary
@@ -34,9 +34,7 @@ waking up). As a precaution each engine generates ``--switch-warmup-tokens``
 (default 4) tokens for a short prompt outside the set (so no measured prompt
 is in its prefix cache), untimed, before its first timed batch after a
 switch; and the report gives each method's mean batch ratio when it ran
-first and when it ran second, which differ only by an order effect. (The
-first series, ``issue6_paired/offline``, ran without the warm-up: 0.973
-first and 0.970 second at batch 4, i.e. none to see.)
+first and when it ran second, which differ only by an order effect.
 
 Only one engine generates at a time; an idle engine's core process waits on
 its input queue. Each engine holds its weights and ``VLLM_CPU_KVCACHE_SPACE``
@@ -59,10 +57,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from aba import format_interval, ratio_interval  # noqa: E402
 from bench_common import (add_common_args, append_row, load_prompts, parse_ks,  # noqa: E402
                           run_context, write_context)
-from report import fmt, read_jsonl  # noqa: E402
+from report import fmt, format_interval, ratio_interval, read_jsonl  # noqa: E402
 
 
 class EngineCounts:
@@ -119,10 +116,9 @@ def method_name(engine: str) -> str:
 def baseline_first(methods: list[str], baseline: str | None) -> list[str]:
     """The summary's order: ``baseline`` (default the first engine) first.
 
-    Engines start in ``--methods`` order. Whether the start order matters is
-    not settled here (A/A at batch 4: the engine started second at 0.970
-    [0.902, 1.038], ``issue6_paired/aa``), so a method is measured started
-    both before and after its baseline.
+    Engines start in ``--methods`` order. The start order may matter (two
+    engines of one configuration need not run at the same speed), so a
+    method can be measured started both before and after its baseline.
     """
     if baseline is None:
         return list(methods)

@@ -1,6 +1,6 @@
 """Markdown report and plot from a run_bench.py results directory.
 
-    python benchmarks/report.py benchmarks/results/issue2_quick [--serve DIR] [--trace FILE]
+    python benchmarks/report.py benchmarks/results/headline [--serve DIR] [--trace FILE]
 
 Reads ``cells.jsonl`` (run_bench.py) and/or ``serve_cells.jsonl``
 (serve_bench.py; from ``--serve DIR`` or the same directory) and writes, beside
@@ -377,6 +377,25 @@ def plot_trace(steps: list[dict], title: str, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def ratio_interval(ratios: list[float]) -> tuple[float, float | None, float | None]:
+    """Mean of the per-run ratios and its 95% t-interval (None with one run)."""
+    mean = statistics.mean(ratios)
+    if len(ratios) < 2:
+        return mean, None, None
+    from scipy.stats import t
+
+    half = t.ppf(0.975, len(ratios) - 1) * statistics.stdev(ratios) / len(ratios) ** 0.5
+    return mean, mean - half, mean + half
+
+
+def format_interval(value: tuple[float, float | None, float | None] | None) -> str:
+    """``ratio_interval``'s result as ``mean [low, high]`` (``-`` for None)."""
+    if value is None:
+        return "-"
+    mean, low, high = value
+    return fmt(mean, 3) + ("" if low is None else f" [{low:.3f}, {high:.3f}]")
 
 
 def main() -> None:

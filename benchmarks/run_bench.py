@@ -5,7 +5,7 @@ runs in it. Results are appended to a JSONL file one cell at a time, so a
 killed run resumes where it stopped (cells already in the file are skipped).
 ``report.py`` turns the file into Markdown tables and plots.
 
-    python benchmarks/run_bench.py --out benchmarks/results/quick \\
+    python benchmarks/run_bench.py --out benchmarks/runs/quick \\
         --methods no_spec,vllm_draft_model,fixed_draft,gammatune --k quick \\
         --batch-sizes 1,4,16 --temperature 0,0.7 --dataset specbench --per-category 1
 

@@ -14,7 +14,7 @@ scraped before and after the client run, and the peak RSS of the server's
 process tree. A killed run resumes: cells already in the file are skipped.
 
     VLLM_CPU_OMP_THREADS_BIND=0-1 python benchmarks/serve_bench.py \\
-        --out benchmarks/results/serve --methods no_spec,vllm_draft_model,gammatune \\
+        --out benchmarks/runs/serve --methods no_spec,vllm_draft_model,gammatune \\
         --k 3 --concurrency 1,4,16 --per-category 2 --max-tokens 64 \\
         --spec 'cost={"method": "gammatune_cost", "model": "{draft}", "num_speculative_tokens": 16}'
 
@@ -30,7 +30,7 @@ server instance's own speed varies between rounds (inside the interval) rather
 than favouring one method for the whole run; ``--warmup-cell`` precedes each
 measured cell by one unmeasured run of the same client (steady state).
 
-    python benchmarks/serve_bench.py --out benchmarks/results/issue6_paired/served \
+    python benchmarks/serve_bench.py --out benchmarks/runs/served \
         --methods no_spec,gammatune_cost --k 8 --concurrency 4,16 --rounds 4
 
 Methods: any name of ``vllm_gammatune.evaluation.METHODS`` (built from the

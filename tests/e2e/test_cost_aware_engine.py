@@ -185,8 +185,8 @@ def test_catch_up_restores_exact_draft_kv(tiny):
 def test_prefix_cached_blocks_the_draft_skipped_are_caught_up(tiny):
     """A request that reuses prompt blocks from the prefix cache, prefilled
     while the draft model skipped, catches the draft up over them before it
-    drafts: a draft identical to the target then accepts every token (before
-    the fix it drafted against the blocks' stale draft KV and accepted none)."""
+    drafts: a draft identical to the target then accepts every token (drafting
+    against the blocks' stale draft KV, it would accept none)."""
     from vllm import SamplingParams
 
     prompt = "hello world " * 80  # three KV blocks of 128 and a part

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "diagnostics"))
 
 import aba  # noqa: E402
 import gsm8k_quality  # noqa: E402
@@ -77,7 +78,7 @@ def test_report_summary_is_mean_and_std_over_initial_lengths():
     assert "| gammatune | 1.175x | 0.106 | 2 |" in text
 
 
-# -- issue 4: shared helpers, serving, traces, multi-turn ---------------------
+# -- shared helpers, serving, traces, multi-turn ------------------------------
 
 import json  # noqa: E402
 from types import SimpleNamespace  # noqa: E402
@@ -376,10 +377,10 @@ def test_aba_compares_each_run_with_the_baseline_runs_around_it(tmp_path):
 
 
 def test_aba_ratio_interval():
-    mean, low, high = aba.ratio_interval([1.0, 1.1, 0.9, 1.0])
+    mean, low, high = report.ratio_interval([1.0, 1.1, 0.9, 1.0])
     # sd 0.0816, t(0.975, 3) = 3.182: half 0.130
     assert mean == 1.0 and abs(low - 0.870) < 1e-3 and abs(high - 1.130) < 1e-3
-    assert aba.ratio_interval([1.2]) == (1.2, None, None)
+    assert report.ratio_interval([1.2]) == (1.2, None, None)
 
 
 def test_paired_engine_order_rotates_so_each_engine_goes_first_equally():

@@ -15,8 +15,7 @@ Each is fitted by exponentially weighted least squares (``memory`` is the
 weight kept by older samples at each new one), so the fit follows a machine
 whose speed drifts. A step's cost is not linear over all sizes (flat while the
 weights' memory traffic dominates, then growing with the tokens once compute
-does: on the 2-core CPU a target step costs about the same for 1 and 4 tokens
-and three times as much for 16), so ``BatchLocalLinearCost`` fits the line
+does; on a small CPU the bend comes between a few and a few dozen tokens), so ``BatchLocalLinearCost`` fits the line
 around the current batch size: samples from other batch sizes count less the
 further their batch size is (by octaves). Pure Python.
 """

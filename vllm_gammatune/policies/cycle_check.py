@@ -1,11 +1,9 @@
 """The cost-aware policy's check of its own predictions against the clock.
 
 The cost-aware policy predicts, for the plan it chooses, how many tokens the
-step will emit and how long it will take (``policies.cost_aware.planner``).
-Its linear costs and geometric acceptance are models: on the 2-core CPU at
-batch 4, by the models alone, the policy drafts on a fifth to a half of its
-steps and runs 6-11% below no speculation (README), so the models flatter
-drafting there. This module measures every *cycle* (the
+step will emit and how long it will take (``policies.cost_aware.planner``). Its linear costs and geometric acceptance are models with
+errors of a few percent, which is as large as what drafting gains where the
+batch makes it marginal, so the models may flatter drafting there. This module measures every *cycle* (the
 draft work planned at one step, the target step that verifies it, and the
 tokens that step emits) and compares it with the prediction:
 
@@ -32,9 +30,8 @@ step), every draft pass it planned was timed, and it took at most
 ``OUTLIER_FACTOR`` times its prediction (not an idle gap), not counting its
 catch-up passes: they are timed around the forward alone and hold no gap, and
 a cycle whose catch-up cost far more than predicted is the very evidence the
-check is for (left out, a probe whose catch-up takes 5 s against 0.4 s
-predicted would be charged to the probe budget at its prediction). Pure
-Python.
+check is for (left out, such a probe would be charged to the probe budget at
+its prediction instead of its measured cost). Pure Python.
 """
 
 from __future__ import annotations
@@ -186,11 +183,10 @@ class CycleCheck:
         """efficiency(drafted) / efficiency(skipped) at this batch size, 1.0
         until drafted cycles have ``min_cycles`` measured cycles; until
         skipped ones have as many, their efficiency is taken as 1 (a skipped
-        cycle's prediction is the target fit, measured on those very steps:
-        0.95-1.0 in logged runs). Without that stand-in a batch size where
-        the policy always drafts never measures a skipped cycle, and the
-        model alone would decide there (on the 2-core CPU, batches of 4 that
-        drafted on every decode step ran at 0.80-0.96 of no speculation)."""
+        cycle's prediction is the target fit, measured on those very steps,
+        so its efficiency is close to 1). Without that stand-in a batch size
+        where the policy always drafts never measures a skipped cycle, and
+        the model alone would decide there."""
         if not self.is_informed(batch_size):
             return 1.0
         skipped = (self.efficiency(batch_size, False)

@@ -1,0 +1,237 @@
+"""Reproduce a published table by name: ``python -m benchmarks.reproduce NAME [--quick]``.
+
+Each name is a file ``benchmarks/configs/NAME.json`` holding the exact
+arguments the published run used. This module only turns that file into
+command lines of the existing harness (``run_bench.py``, ``paired.py``,
+``serve_bench.py``, ``report.py``, ``gsm8k_quality.py``,
+``plugin_memory.py``) and runs them one after another from the repository
+root; the measuring is theirs.
+
+    python -m benchmarks.reproduce --list
+    python -m benchmarks.reproduce headline --quick      # a first look, a few minutes
+    python -m benchmarks.reproduce headline              # the published size
+    python -m benchmarks.reproduce batch --dry-run       # print the commands only
+
+A config file::
+
+    {"description": "...", "results": "benchmarks/results/FOLDER",
+     "quick": {"per_category": 1, "limit": 4, "max_tokens": 32, ...},
+     "quick_env": {"VLLM_CPU_KVCACHE_SPACE": "1"},
+     "steps": [{"harness": "run_bench", "subdir": "", "args": {"methods": "...", ...}},
+               {"harness": "report"}]}
+
+``args`` keys are the harness's options with ``_`` for ``-``; ``true`` is a
+flag, a list repeats the option. ``quick`` overrides the same keys in every
+step that takes them, so the quick plan keeps the published run's design
+(methods, batch sizes, comparison) at a smaller size; ``quick_env`` sets
+environment variables the quick plan needs unless they are set already
+(a smaller KV cache, so a first look fits beside other work). Output goes to
+``benchmarks/runs/NAME`` (``NAME-quick`` with ``--quick``), never into the
+published folder ``results`` names: the harness resumes, so an existing
+folder's cells would be skipped rather than measured again. The harness
+prepares the real Qwen pair on first use unless ``--target``/``--draft``
+are given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+BENCHMARKS = Path(__file__).resolve().parent
+REPO = BENCHMARKS.parent
+CONFIGS = BENCHMARKS / "configs"
+RUNS = BENCHMARKS / "runs"
+
+#: harness name -> (script, how its output folder is passed: "--out" or "positional")
+HARNESS = {
+    "run_bench": ("run_bench.py", "--out"),
+    "paired": ("paired.py", "--out"),
+    "serve_bench": ("serve_bench.py", "--out"),
+    "report": ("report.py", "positional"),
+    "gsm8k_quality": ("gsm8k_quality.py", "positional"),
+    "plugin_memory": ("plugin_memory.py", None),
+}
+
+#: harnesses that load models and accept --methods, --target and --draft
+ENGINE_HARNESS = ("run_bench", "paired", "serve_bench")
+
+#: sizes every engine harness takes; a quick override of any other key applies
+#: only to steps that set that key themselves (e.g. ``rounds``)
+SIZE_KEYS = ("per_category", "limit", "max_tokens")
+
+#: the keys a config may carry
+CONFIG_KEYS = {"description", "results", "steps", "quick", "quick_env"}
+
+#: the keys a step may carry
+STEP_KEYS = {"harness", "subdir", "args", "stdout"}
+
+
+class ConfigError(ValueError):
+    """A config name or file that cannot be run; the message names the field and the value."""
+
+
+def config_names(configs: Path = CONFIGS) -> list[str]:
+    return sorted(path.stem for path in configs.glob("*.json"))
+
+
+def load_config(name: str, configs: Path = CONFIGS) -> dict:
+    """The config called ``name``, checked; ConfigError naming the value and the allowed names."""
+    names = config_names(configs)
+    if name not in names:
+        raise ConfigError(f"NAME: unknown table {name!r}; allowed: {', '.join(names)}")
+    path = configs / f"{name}.json"
+    config = json.loads(path.read_text())
+    check_config(config, path.name)
+    return config
+
+
+def check_config(config: dict, where: str) -> None:
+    """Structure only: every step names a known harness with known keys (no vLLM import)."""
+    for key in ("description", "results", "steps"):
+        if key not in config:
+            raise ConfigError(f"{where}: missing {key!r}")
+    unknown = set(config) - CONFIG_KEYS
+    if unknown:
+        raise ConfigError(f"{where}: unknown keys {sorted(unknown)}; allowed: {sorted(CONFIG_KEYS)}")
+    if not config["steps"]:
+        raise ConfigError(f"{where}: 'steps' is empty")
+    for i, step in enumerate(config["steps"]):
+        harness = step.get("harness")
+        if harness not in HARNESS:
+            raise ConfigError(f"{where}: steps[{i}].harness {harness!r} is not one of "
+                              f"{', '.join(HARNESS)}")
+        unknown = set(step) - STEP_KEYS
+        if unknown:
+            raise ConfigError(f"{where}: steps[{i}] has unknown keys {sorted(unknown)}; "
+                              f"allowed: {sorted(STEP_KEYS)}")
+        if harness in ENGINE_HARNESS and "methods" not in step.get("args", {}):
+            raise ConfigError(f"{where}: steps[{i}] ({harness}) needs args.methods")
+    for key in ("quick", "quick_env"):
+        if not isinstance(config.get(key, {}), dict):
+            raise ConfigError(f"{where}: {key!r} must be an object")
+
+
+def method_names(step: dict) -> list[str]:
+    """The methods a step measures, as the harness resolves them: ``NAME#2`` is a
+    second engine of NAME, and ``--spec NAME=JSON`` defines NAME."""
+    spec_names = {option.partition("=")[0].strip() for option in step["args"].get("spec", [])}
+    names = [m.strip() for m in step["args"]["methods"].split(",") if m.strip()]
+    return [m.split("#", 1)[0] for m in names if m.split("#", 1)[0] not in spec_names]
+
+
+def step_args(step: dict, quick: dict | None) -> dict:
+    """The step's arguments with the quick overrides applied: to the keys the
+    step sets, and to ``SIZE_KEYS`` in every engine harness."""
+    args = dict(step.get("args", {}))
+    for key, value in (quick or {}).items():
+        if key in args or (key in SIZE_KEYS and step["harness"] in ENGINE_HARNESS):
+            args[key] = value
+    return args
+
+
+def to_argv(args: dict) -> list[str]:
+    argv: list[str] = []
+    for key, value in args.items():
+        option = "--" + key.replace("_", "-")
+        if value is True:
+            argv.append(option)
+        elif value is False or value is None:
+            continue
+        elif isinstance(value, list):
+            for item in value:
+                argv += [option, str(item)]
+        else:
+            argv += [option, str(value)]
+    return argv
+
+
+def plan(name: str, quick: bool = False, out: Path | None = None,
+         target: str | None = None, draft: str | None = None,
+         configs: Path = CONFIGS) -> list[dict]:
+    """[{"argv": [...], "stdout": path or None, "env": {...}}] for the named table, in order."""
+    config = load_config(name, configs)
+    out = Path(out) if out else RUNS / (f"{name}-quick" if quick else name)
+    commands = []
+    for step in config["steps"]:
+        script, out_style = HARNESS[step["harness"]]
+        folder = out / step["subdir"] if step.get("subdir") else out
+        argv = [sys.executable, str(BENCHMARKS / script)]
+        if out_style == "positional":
+            argv.append(str(folder))
+        elif out_style == "--out":
+            argv += ["--out", str(folder)]
+        args = step_args(step, config.get("quick") if quick else None)
+        if step["harness"] in ENGINE_HARNESS:
+            args.update({key: value for key, value in (("target", target), ("draft", draft))
+                         if value})
+        argv += to_argv(args)
+        stdout = folder / step["stdout"] if step.get("stdout") else None
+        env = dict(config.get("quick_env", {})) if quick else {}
+        commands.append({"argv": argv, "stdout": stdout, "env": env})
+    return commands
+
+
+def shell_line(command: dict) -> str:
+    import shlex
+
+    env = " ".join(f"{key}={shlex.quote(str(value))}" for key, value in command["env"].items())
+    line = " ".join(shlex.quote(part) for part in command["argv"])
+    line = f"{env} {line}" if env else line
+    return line + (f" > {shlex.quote(str(command['stdout']))}" if command["stdout"] else "")
+
+
+def run(commands: list[dict]) -> int:
+    env = dict(os.environ)
+    # The harness scripts run from benchmarks/; this checkout's package comes first.
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    for command in commands:
+        print("+ " + shell_line(command), file=sys.stderr, flush=True)
+        step_env = {**{key: str(value) for key, value in command["env"].items()}, **env}
+        if command["stdout"]:
+            Path(command["stdout"]).parent.mkdir(parents=True, exist_ok=True)
+            with open(command["stdout"], "w") as sink:
+                code = subprocess.call(command["argv"], cwd=REPO, env=step_env, stdout=sink)
+        else:
+            code = subprocess.call(command["argv"], cwd=REPO, env=step_env)
+        if code:
+            print(f"reproduce: step failed with exit code {code}", file=sys.stderr)
+            return code
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.reproduce",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("name", nargs="?", help="a table: " + ", ".join(config_names()))
+    parser.add_argument("--quick", action="store_true",
+                        help="a first look: few prompts, few tokens, few rounds")
+    parser.add_argument("--out", type=Path, help="output folder (default benchmarks/runs/NAME)")
+    parser.add_argument("--target", help="target model path (default: the prepared Qwen pair)")
+    parser.add_argument("--draft", help="draft model path")
+    parser.add_argument("--dry-run", action="store_true", help="print the commands only")
+    parser.add_argument("--list", action="store_true", help="list the tables and exit")
+    args = parser.parse_args(argv)
+    if args.list:
+        for name in config_names():
+            print(f"{name:16} {load_config(name)['description']}")
+        return 0
+    if not args.name:
+        parser.error("NAME is required; allowed: " + ", ".join(config_names()))
+    try:
+        commands = plan(args.name, args.quick, args.out, args.target, args.draft)
+    except ConfigError as error:
+        parser.error(str(error))
+    if args.dry_run:
+        for command in commands:
+            print(shell_line(command))
+        return 0
+    return run(commands)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
