@@ -8,12 +8,10 @@ where the plugin's drafter skipped the draft model, the answer is known
 (no request has draft tokens) and changes nothing: the scheduler already
 cleared the ``spec_token_ids`` of every request it scheduled in that step
 (``Scheduler.schedule``), and requests outside the step are not in the
-answer. Measured on the 2-core CPU with the real Qwen pair at batch 4, an
-engine that never drafts: the round trip took 1.0 ms median, 2.1 ms mean,
-about 1% of a step (``benchmarks/results/issue6_paired/NOTES.md``,
-session 9). A cost-aware engine skips on most steps at batch 4 and above,
-so that 1% was paid where the method is supposed to cost what no
-speculation costs.
+answer. The round trip is of the order of a millisecond on a CPU, about 1%
+of a batched step there, and a cost-aware engine skips on most steps where
+drafting does not pay: without this, it would pay that 1% exactly where the
+method is supposed to cost what no speculation costs.
 
 How the engine core learns it without asking: the worker tags the step's
 ``ModelRunnerOutput`` (which crosses to the engine core anyway) when its

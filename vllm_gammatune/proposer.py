@@ -30,7 +30,7 @@ runner's live requests every step (finished and aborted requests leave it;
 preempted ones keep their learned window).
 
 Requirements: synchronous scheduling (the plugin's config step turns vLLM's
-async scheduling off; see README), padded drafter batch (vLLM's only mode for
+async scheduling off; see docs/cuda.md), padded drafter batch (vLLM's only mode for
 draft models), a draft sharing the target's vocabulary.
 """
 

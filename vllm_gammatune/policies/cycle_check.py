@@ -1,10 +1,11 @@
 """The cost-aware policy's check of its own predictions against the clock.
 
 The cost-aware policy predicts, for the plan it chooses, how many tokens the
-step will emit and how long it will take (``policies.cost_aware.planner``). Its linear costs and geometric acceptance are models with
-errors of a few percent, which is as large as what drafting gains where the
-batch makes it marginal, so the models may flatter drafting there. This module measures every *cycle* (the
-draft work planned at one step, the target step that verifies it, and the
+step will emit and how long it will take (``policies.cost_aware.planner``).
+Its linear costs and geometric acceptance are models with errors of a few
+percent, which is as large as what drafting gains where the batch makes it
+marginal, so the models may flatter drafting there. This module measures
+every *cycle* (the draft work planned at one step, the target step that verifies it, and the
 tokens that step emits) and compares it with the prediction:
 
     efficiency(kind) = (realized tokens / realized seconds)
