@@ -12,7 +12,7 @@ nothing else lists the methods. Pure Python (no vLLM import).
 Defaults. The GammaTune paper gives none. ``eta`` (from {0.3, 0.5, 0.8}) and
 GammaTune+'s ``confidence_threshold`` (from {0.3, 0.4, 0.6}) were chosen by a
 sweep on the real Qwen pair over the tuning half of Spec-Bench only, kept
-apart from the prompts results are reported on (docs/results.md, "Tuning").
+apart from the prompts results are reported on (docs/results.md, "tuning").
 ``delta=2`` is Hugging Face's expansion step and ``gamma_init=4`` the middle
 of the paper's sweep; neither was swept. AssistantThreshold keeps Hugging
 Face's default threshold, 0.4.
