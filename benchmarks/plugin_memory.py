@@ -7,7 +7,7 @@ hole. AdaSD's relaxed verification also keeps the request's draft
 distributions until they are verified: vocab x 2 bytes (bf16) per draft
 token, printed separately (it is device memory, and depends on the vocabulary).
 
-    python benchmarks/plugin_memory.py [--vocab 151936] [--window 20]
+    python benchmarks/plugin_memory.py [--vocab 151936] [--window W]
 """
 
 from __future__ import annotations
@@ -18,11 +18,10 @@ import tracemalloc
 
 from vllm_gammatune.config import split_speculative_config
 from vllm_gammatune.draft_kv import DraftKVHoles
+from vllm_gammatune.methods import DEFAULT_ADASD_NUM_SPECULATIVE_TOKENS, PLUGIN_METHODS
 from vllm_gammatune.policies import BatchView
 from vllm_gammatune.state import RequestStateTable
 
-METHODS = ("gammatune", "gammatune_plus", "fixed_draft", "hf_heuristic",
-           "assistant_threshold", "adasd", "gammatune_cost")
 NUM_REQUESTS = 1000
 
 
@@ -54,9 +53,10 @@ def bytes_per_request(method: str) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--vocab", type=int, default=151_936, help="Qwen2.5's vocabulary")
-    parser.add_argument("--window", type=int, default=20, help="AdaSD's W")
+    parser.add_argument("--window", type=int, default=DEFAULT_ADASD_NUM_SPECULATIVE_TOKENS,
+                        help="AdaSD's W")
     args = parser.parse_args()
-    rows = {m: round(bytes_per_request(m)) for m in METHODS}
+    rows = {m: round(bytes_per_request(m)) for m in PLUGIN_METHODS}
     rows["adasd_draft_distributions_per_draft_token"] = args.vocab * 2
     rows["adasd_draft_distributions_full_window"] = args.vocab * 2 * args.window
     print(json.dumps(rows, indent=1))

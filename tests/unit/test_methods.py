@@ -79,3 +79,20 @@ def test_markdown_table_lists_every_method_once_with_its_defaults():
         assert METHODS[name].description in line
     assert "| `adasd` | no (lossy) | 20 | `adasd_mode='both'`, `adasd_window=20` |" in table
     assert "`confidence_threshold=0.4`" in lines[2 + list(METHODS).index("assistant_threshold")]
+
+
+def test_the_docs_read_the_registry():
+    """docs/methods.md is the registry's table; the README's methods table
+    names exactly the registry's methods, the lossy one marked."""
+    import re
+    from pathlib import Path
+
+    from vllm_gammatune import methods
+
+    root = Path(__file__).resolve().parents[2]
+    assert methods.markdown_table() in (root / "docs" / "methods.md").read_text(encoding="utf-8")
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Methods"):readme.index("## Metrics")]
+    listed = re.findall(r"^\| `([a-z_]+)`( \(\*\*lossy\*\*\))? \|", section, flags=re.M)
+    assert sorted(name for name, _ in listed) == sorted(methods.PLUGIN_METHODS)
+    assert {name for name, lossy in listed if lossy} == set(methods.LOSSY_METHODS)
