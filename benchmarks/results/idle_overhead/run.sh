@@ -15,3 +15,20 @@ VLLM_CPU_OMP_THREADS_BIND=0-1 VLLM_CPU_KVCACHE_SPACE=2 VLLM_LOGGING_LEVEL=WARNIN
 python benchmarks/paired.py --out "$OUT" --methods "$METHODS" --baseline no_spec \
     --k 8 --batch-sizes 4,1 --rounds 6 --max-tokens 64 --split eval --per-category 1 --limit 8 \
     --dtype bfloat16
+# /proc/loadavg (1-minute) nearest before each round's first batch and after its last
+python - "$OUT" <<'PY' | tee "$OUT/loadavg_rounds.md"
+import bisect, json, sys
+from collections import defaultdict
+out = sys.argv[1]
+samples = [(float(t), float(a)) for t, a, *_ in (l.split() for l in open(f"{out}/loadavg.log"))]
+times = [t for t, _ in samples]
+spans = defaultdict(list)
+for line in open(f"{out}/paired.jsonl"):
+    row = json.loads(line)
+    spans[(row["batch_size"], row["round"])] += [row["time"] - row["wall_seconds"], row["time"]]
+def load(t):
+    return samples[max(bisect.bisect_right(times, t) - 1, 0)][1]
+print("| batch | round | loadavg before | loadavg after |\n|---|---|---|---|")
+for (size, rnd), ts in sorted(spans.items()):
+    print(f"| {size} | {rnd} | {load(min(ts)):.2f} | {load(max(ts) + 15):.2f} |")
+PY
