@@ -86,8 +86,16 @@ def quiet_vllm() -> None:
     logging.getLogger("vllm").setLevel(os.environ["VLLM_LOGGING_LEVEL"])
 
 
+# Here, not in main(): the engine processes vLLM spawns import this module
+# again (with this command line) before they import vLLM, whose first warning
+# comes at import, before it applies VLLM_LOGGING_LEVEL.
+if __name__ in ("__main__", "__mp_main__") and "--verbose" not in sys.argv[1:]:
+    quiet_vllm()
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    # no abbreviations: "--verbose" is looked for in sys.argv as written
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--full", action="store_true",
                         help="every method at batch 1 and 4, 96 tokens (about 11 minutes)")
     parser.add_argument("--target", help="HF model dir of the target (default: prepare Qwen 1.5B)")
@@ -109,8 +117,6 @@ def main() -> None:
     args = parser.parse_args()
     plan = parse_plan(parser, args)
 
-    if not args.verbose:
-        quiet_vllm()
     # Both cores for vLLM's CPU worker (it reserves one by default); see README.
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "0-1")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "4")
