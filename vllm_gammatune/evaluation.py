@@ -38,7 +38,7 @@ METHODS: dict[str, MethodFactory] = {
         "method": "draft_model", "model": draft, "num_speculative_tokens": k},
     # vLLM's own batch-size schedule (num_speculative_tokens_per_batch_size),
     # hand-tuned on this CPU: K=k alone, no speculation from batch 2 (fixed K
-    # loses to none from batch 4 there; README, issue 6 results)
+    # loses to none from batch 4 there; README, batch-size results)
     "vllm_schedule": lambda draft, k, cap: {
         "method": "draft_model", "model": draft, "num_speculative_tokens": k,
         "num_speculative_tokens_per_batch_size": [[1, 1, k], [2, 1024, 0]]},
