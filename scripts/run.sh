@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One entry point for a fresh machine:
-#   bash scripts/run.sh demo [demo args]   install, then compare adaptive vs fixed-K on the real Qwen pair
+#   bash scripts/run.sh demo [demo args]   install, then a first look on the real Qwen pair (~5 min once
+#                                          prepared; --full: every method at batch 1 and 4)
 #   bash scripts/run.sh test [pytest args] install, then run the test suite (tiny models, CPU)
 #   bash scripts/run.sh install            install only
 set -euo pipefail
