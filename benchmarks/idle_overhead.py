@@ -34,7 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import paired  # noqa: E402
-from aba import format_interval, ratio_interval  # noqa: E402
+from report import format_interval, ratio_interval  # noqa: E402
 from report import fmt, read_jsonl  # noqa: E402
 
 
@@ -128,9 +128,9 @@ def main() -> None:
     try:
         paired.main()
     finally:
-        out = Path(argv[argv.index("--out") + 1])
-        context = out / "context.json"
-        if context.exists():
+        out = Path(argv[argv.index("--out") + 1]) if "--out" in argv else None
+        context = None if out is None else out / "context.json"
+        if context is not None and context.exists():
             args = json.loads(context.read_text())["args"]
             num_prompts = len(paired.load_prompts(args["dataset"], args["per_category"],
                                                   args["split"], args["limit"]))

@@ -3,7 +3,7 @@
 Each name is a file ``benchmarks/configs/NAME.json`` holding the exact
 arguments the published run used. This module only turns that file into
 command lines of the existing harness (``run_bench.py``, ``paired.py``,
-``serve_bench.py``, ``report.py``, ``gsm8k_quality.py``,
+``idle_overhead.py``, ``serve_bench.py``, ``report.py``, ``gsm8k_quality.py``,
 ``plugin_memory.py``) and runs them one after another from the repository
 root; the measuring is theirs.
 
@@ -51,6 +51,7 @@ RUNS = BENCHMARKS / "runs"
 HARNESS = {
     "run_bench": ("run_bench.py", "--out"),
     "paired": ("paired.py", "--out"),
+    "idle_overhead": ("idle_overhead.py", "--out"),
     "serve_bench": ("serve_bench.py", "--out"),
     "report": ("report.py", "positional"),
     "gsm8k_quality": ("gsm8k_quality.py", "positional"),
@@ -58,7 +59,7 @@ HARNESS = {
 }
 
 #: harnesses that load models and accept --methods, --target and --draft
-ENGINE_HARNESS = ("run_bench", "paired", "serve_bench")
+ENGINE_HARNESS = ("run_bench", "paired", "idle_overhead", "serve_bench")
 
 #: sizes every engine harness takes; a quick override of any other key applies
 #: only to steps that set that key themselves (e.g. ``rounds``)
