@@ -97,7 +97,7 @@ def add_common_args(parser, methods_default: str = "no_spec,vllm_draft_model,gam
     parser.add_argument("--target")
     parser.add_argument("--draft")
     parser.add_argument("--methods", default=methods_default,
-                        help="names of vllm_gammatune.evaluation.METHODS or of --spec")
+                        help="names of gammatune_tools.evaluation.METHODS or of --spec")
     parser.add_argument("--spec", action="append", metavar="NAME=JSON",
                         help="a custom speculative_config under NAME ({draft} = draft path); "
                              "added to --methods; one cell per size/temperature (no k)")
@@ -126,7 +126,7 @@ def plan_cells(methods: list[str], ks: list[int], sizes: list[int],
     ``custom``: --spec configs by name (one k, 0; the config is the variant);
     ``variant_of(method)``: the parameter variant of a named method.
     """
-    from vllm_gammatune.evaluation import METHODS, check_method_names
+    from gammatune_tools.evaluation import METHODS, check_method_names
 
     check_method_names(methods, [*METHODS, *custom])
     plan = []

@@ -131,7 +131,7 @@ def check_engines(methods: list[str], ks: list[int], baseline: str | None,
                   known: Iterable[str]) -> None:
     """What interleaved runs need: known methods (``NAME#2`` counts as NAME),
     each engine once, one k, a baseline among them."""
-    from vllm_gammatune.evaluation import check_method_names
+    from gammatune_tools.evaluation import check_method_names
 
     check_method_names(methods, known, name_of=method_name)
     if len(set(methods)) != len(methods):
@@ -424,7 +424,7 @@ def main() -> None:
             print(out / "pooled.png")
         return
 
-    from vllm_gammatune.evaluation import METHODS  # no vLLM import
+    from gammatune_tools.evaluation import METHODS  # no vLLM import
 
     methods = args.methods.split(",")
     ks = parse_ks(args.k)
@@ -448,8 +448,8 @@ def main() -> None:
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
     from vllm import SamplingParams
 
-    from vllm_gammatune.evaluation import _generate, start_llm, stop_llm
-    from vllm_gammatune.model_prep import prepare_pair
+    from gammatune_tools.evaluation import _generate, start_llm, stop_llm
+    from gammatune_tools.model_prep import prepare_pair
 
     target, draft = prepare_pair(target_path=args.target, draft_path=args.draft)
     write_context(out, run_context(args, target, draft))

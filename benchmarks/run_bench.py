@@ -9,7 +9,7 @@ killed run resumes where it stopped (cells already in the file are skipped).
         --methods no_spec,vllm_draft_model,fixed_draft,gammatune --k quick \\
         --batch-sizes 1,4,16 --temperature 0,0.7 --dataset specbench --per-category 1
 
-Methods: names of ``vllm_gammatune.evaluation.METHODS`` and ``--spec
+Methods: names of ``gammatune_tools.evaluation.METHODS`` and ``--spec
 NAME=JSON`` custom speculative configs (``{draft}`` = the draft's path).
 ``--k``: "paper" (1-8, 12, 16, 20, 24), "quick" (2, 4, 8) or a list.
 
@@ -81,8 +81,8 @@ def main() -> None:
     from tqdm import tqdm
 
     from vllm_gammatune.config import is_plugin_method
-    from vllm_gammatune.evaluation import METHODS, measure, start_llm, stop_llm
-    from vllm_gammatune.model_prep import prepare_pair
+    from gammatune_tools.evaluation import METHODS, measure, start_llm, stop_llm
+    from gammatune_tools.model_prep import prepare_pair
 
     target, draft = prepare_pair(target_path=args.target, draft_path=args.draft)
     out = Path(args.out)

@@ -33,7 +33,7 @@ measured cell by one unmeasured run of the same client (steady state).
     python benchmarks/serve_bench.py --out benchmarks/runs/served \
         --methods no_spec,gammatune_cost --k 8 --concurrency 4,16 --rounds 4
 
-Methods: any name of ``vllm_gammatune.evaluation.METHODS`` (built from the
+Methods: any name of ``gammatune_tools.evaluation.METHODS`` (built from the
 draft, k and ``--cap``; ``vllm_schedule`` is vLLM's batch-size schedule,
 K=k at batch 1 and 0 above), plus ``--spec NAME=JSON`` for any
 speculative_config (``{draft}`` is replaced by the draft's path), e.g. another
@@ -336,7 +336,7 @@ def main() -> None:
     # a SIGTERM unwinds like Ctrl-C, so the server's process group is stopped
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
-    from vllm_gammatune.model_prep import prepare_pair
+    from gammatune_tools.model_prep import prepare_pair
 
     target, draft = prepare_pair(target_path=args.target, draft_path=args.draft)
     out = Path(args.out)
@@ -352,7 +352,7 @@ def main() -> None:
     num_prompts = args.num_prompts or len(prompts)
     concurrencies = parse_ks(args.concurrency)
     temperatures = parse_floats(args.temperature)
-    from vllm_gammatune.evaluation import METHODS
+    from gammatune_tools.evaluation import METHODS
 
     try:
         if (args.fresh_servers or args.warmup_cell) and not args.rounds:

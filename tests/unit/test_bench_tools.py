@@ -88,7 +88,7 @@ import run_bench  # noqa: E402
 import serve_bench  # noqa: E402
 
 from vllm_gammatune import trace  # noqa: E402
-from vllm_gammatune.evaluation import measure  # noqa: E402
+from gammatune_tools.evaluation import measure  # noqa: E402
 
 
 def test_parse_ks_names_and_lists():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_gammatune.evaluation import (FULL_DEMO, QUICK_DEMO, Measurement, estimate_seconds,
+from gammatune_tools.evaluation import (FULL_DEMO, QUICK_DEMO, Measurement, estimate_seconds,
                                        instruction_set, machine_facts, verdict)
 
 

@@ -104,7 +104,7 @@ def _help(script: str) -> str:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_every_config_names_a_harness_its_methods_and_its_published_folder(name):
-    from vllm_gammatune.evaluation import METHODS
+    from gammatune_tools.evaluation import METHODS
 
     config = reproduce.load_config(name)
     results = REPO / config["results"]

@@ -32,7 +32,7 @@ successful conversion to save about 1.6 GB; pass ``keep_gguf=True`` to keep them
 
 Command line::
 
-    python -m vllm_gammatune.model_prep [--cache-dir DIR] [--keep-gguf] [--no-progress]
+    python -m gammatune_tools.model_prep [--cache-dir DIR] [--keep-gguf] [--no-progress]
 
 This module must stay importable without vLLM; torch and transformers are imported
 lazily, only when a conversion actually runs.
@@ -721,7 +721,7 @@ def _cli(argv: Sequence[str] | None = None) -> tuple[str, str]:
     import argparse
 
     parser = argparse.ArgumentParser(
-        prog="python -m vllm_gammatune.model_prep",
+        prog="python -m gammatune_tools.model_prep",
         description="Download, verify and convert the real target/draft model pair.",
     )
     parser.add_argument("--cache-dir", default=None,

@@ -29,6 +29,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from vllm_gammatune.methods import DEFAULT_ADASD_NUM_SPECULATIVE_TOKENS as ADASD_WINDOW
+
 #: name -> (draft path, initial/fixed length k, cap) -> speculative_config or None
 MethodFactory = Callable[[str, int, int], "dict[str, Any] | None"]
 
@@ -37,8 +39,8 @@ METHODS: dict[str, MethodFactory] = {
     "vllm_draft_model": lambda draft, k, cap: {
         "method": "draft_model", "model": draft, "num_speculative_tokens": k},
     # vLLM's own batch-size schedule (num_speculative_tokens_per_batch_size),
-    # hand-tuned on this CPU: K=k alone, no speculation from batch 2 (fixed K
-    # loses to none from batch 4 there; README, batch-size results)
+    # hand-tuned for a CPU where fixed K loses to no speculation in batches:
+    # K=k alone, no speculation from batch 2 (docs/results.md, "batch")
     "vllm_schedule": lambda draft, k, cap: {
         "method": "draft_model", "model": draft, "num_speculative_tokens": k,
         "num_speculative_tokens_per_batch_size": [[1, 1, k], [2, 1024, 0]]},
@@ -66,14 +68,14 @@ METHODS: dict[str, MethodFactory] = {
     "gammatune_cost_never": lambda draft, k, cap: {
         "method": "gammatune_cost", "model": draft, "num_speculative_tokens": max(k, 1),
         "min_draft_gain": 0.999, "probe_budget": 1e-9},
-    # AdaSD (lossy) ignores k: its window is the paper's W = 20.
+    # AdaSD (lossy) ignores k: its window is the paper's W (the registry's cap).
     "adasd": lambda draft, k, cap: {
-        "method": "adasd", "model": draft, "num_speculative_tokens": 20},
+        "method": "adasd", "model": draft, "num_speculative_tokens": ADASD_WINDOW},
     "adasd_gen": lambda draft, k, cap: {
-        "method": "adasd", "model": draft, "num_speculative_tokens": 20,
+        "method": "adasd", "model": draft, "num_speculative_tokens": ADASD_WINDOW,
         "adasd_mode": "generation"},
     "adasd_verify": lambda draft, k, cap: {
-        "method": "adasd", "model": draft, "num_speculative_tokens": 20,
+        "method": "adasd", "model": draft, "num_speculative_tokens": ADASD_WINDOW,
         "adasd_mode": "verification"},
 }
 
