@@ -24,3 +24,15 @@ def test_tier_by_directory():
 def test_every_tier_marker_is_registered(pytestconfig):
     registered = {line.split(":", 1)[0] for line in pytestconfig.getini("markers")}
     assert {marker for marker, _ in TIERS.values()} <= registered
+
+
+def test_every_test_file_is_in_a_tier():
+    """So ``-m unit``, ``-m engine`` and ``-m gpu`` together run the whole suite."""
+    untiered = []
+    for folder, _, files in os.walk(_TESTS):
+        for name in files:
+            if name.startswith("test_") and name.endswith(".py"):
+                path = os.path.join(folder, name)
+                if tier_of(path) is None:
+                    untiered.append(os.path.relpath(path, _TESTS))
+    assert untiered == []
