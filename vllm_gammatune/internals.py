@@ -291,10 +291,12 @@ def check_vllm(source: VllmSource | None = None,
     sizes and times and by this list (``$VLLM_GAMMATUNE_CACHE`` or
     ``~/.cache/vllm_gammatune``); a failed check is never remembered.
     """
-    marker = _passed_marker() if source is None and listed is INTERNALS else None
+    remember = source is None and listed is INTERNALS
+    source = source or VllmSource.installed()
+    marker = _passed_marker(source) if remember else None
     if marker is not None and marker.exists():
         return
-    found = problems(source or VllmSource.installed(), listed)
+    found = problems(source, listed)
     if not found and marker is not None:
         try:
             marker.parent.mkdir(parents=True, exist_ok=True)
@@ -307,13 +309,9 @@ def check_vllm(source: VllmSource | None = None,
             "are missing or changed:\n  " + "\n  ".join(found))
 
 
-def _passed_marker() -> Path | None:
+def _passed_marker(source: VllmSource) -> Path:
     import hashlib
 
-    try:
-        source = VllmSource.installed()
-    except VllmSourceError:
-        return None
     digest = hashlib.sha256(repr(INTERNALS).encode())
     for module in sorted({i.module for i in INTERNALS}):
         base = source.root.joinpath(*module.split("."))
