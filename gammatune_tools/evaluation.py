@@ -106,6 +106,8 @@ _COUNTERS = {
     "skipped_draft_steps": "vllm:gammatune_skipped_draft_steps",
     "catch_up_tokens": "vllm:gammatune_catch_up_tokens",
     "plugin_steps": "vllm:gammatune_steps",
+    "planned_draft_tokens": "vllm:gammatune_planned_draft_tokens",
+    "stopped_draft_tokens": "vllm:gammatune_stopped_draft_tokens",
 }
 
 
@@ -153,6 +155,9 @@ class Measurement:
     plugin_steps: float = 0.0
     #: engine steps (vLLM's per-step histogram), every method
     engine_steps: float = 0.0
+    #: draft tokens the policy planned, and those a per-token stop cut
+    planned_draft_tokens: float = 0.0
+    stopped_draft_tokens: float = 0.0
 
     @property
     def tokens_per_second(self) -> float:
@@ -201,6 +206,13 @@ class Measurement:
         if self.method in VLLM_FIXED_K and self.engine_steps:
             return self.k * self.engine_steps / self.output_tokens
         return None
+
+    @property
+    def stopped_share(self) -> float | None:
+        """Share of the planned draft tokens a per-token stop cut."""
+        if not self.planned_draft_tokens:
+            return None
+        return self.stopped_draft_tokens / self.planned_draft_tokens
 
     @property
     def drafted_step_share(self) -> float | None:

@@ -93,6 +93,8 @@ class GammaTuneSettings:
     probe_budget: float | None = None
     #: gammatune_cost only: predicted gain over not drafting a step needs to draft
     min_draft_gain: float | None = None
+    #: gammatune_cost only: the per-token stop on (draft each token while it pays)
+    token_stop: bool | None = None
     #: gammatune_cost only: fixed costs (STEP_COST_KEYS) instead of measured ones
     fixed_step_costs: dict[str, float] | None = None
 

@@ -114,6 +114,13 @@ def require_fraction(key: str, value: Any, allowed: str, ok: Callable[[float], b
     return value
 
 
+def require_bool(key: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise GammaTuneConfigError(
+            f"speculative_config[{key!r}]={value!r} is not allowed: must be true or false")
+    return value
+
+
 def _step_costs(value: Any, resolved: Mapping[str, Any]) -> dict[str, float] | None:
     """gammatune_cost's optional fixed costs: all four keys, seconds >= 0."""
     if value is None:
@@ -233,6 +240,10 @@ PARAMETERS: dict[str, Parameter] = {p.name: p for p in (
             "needs to draft)", lambda x: 0.0 <= x < 1.0),
         "predicted gain over not drafting that a step needs to draft"),
     Parameter(
+        "token_stop", True, lambda v, r: require_bool("token_stop", v),
+        "after each draft token, draft the next only while it pays (off: the "
+        "step plan's lengths)"),
+    Parameter(
         "fixed_step_costs", None, _step_costs,
         "fixed costs in seconds (" + ", ".join(STEP_COST_KEYS) + ") instead of "
         "measured ones, for reproducible runs"),
@@ -271,6 +282,7 @@ def _cost_aware_policy(s: GammaTuneSettings) -> DraftLengthPolicy:
         probe_interval=s.probe_interval,
         probe_budget=s.probe_budget,
         min_draft_gain=s.min_draft_gain,
+        token_stop=s.token_stop,
         target_cost=None if costs is None else FixedLinearCost(
             costs["target_step_s"], costs["target_token_s"]),
         draft_cost=None if costs is None else FixedLinearCost(
@@ -312,7 +324,8 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     Method(METHOD_COST_AWARE,
            "cost-aware lengths (0 allowed) maximising tokens per second of measured "
            "step costs",
-           True, ("probe_interval", "probe_budget", "min_draft_gain", "fixed_step_costs"),
+           True, ("probe_interval", "probe_budget", "min_draft_gain", "token_stop",
+                  "fixed_step_costs"),
            _cost_aware_policy,
            num_speculative_tokens=DEFAULT_COST_AWARE_NUM_SPECULATIVE_TOKENS),
 )}

@@ -13,6 +13,11 @@ The plugin adds, per engine:
   for; planned minus drafted is what confidence stops saved;
 - ``vllm:gammatune_confidence_stops`` (counter): drafts ended early because
   the draft's top probability fell below the threshold;
+- ``vllm:gammatune_stopped_draft_tokens`` (counter): draft tokens a
+  per-token stop cut from the planned drafts (a confidence or entropy
+  threshold, or ``gammatune_cost``'s rule that the next token would not
+  pay); for ``gammatune_cost``, whose drafts may run to the cap, its share
+  of the planned tokens is the share the rule stopped;
 - ``vllm:gammatune_draft_forward_passes`` (counter): batched draft-model
   forwards the drafter ran (vLLM's fixed-K drafter runs K per step);
 - ``vllm:gammatune_tracked_requests`` (gauge): requests with policy state in
@@ -73,6 +78,7 @@ _HEADER_FIELDS = (
     "num_steps",
     "drafting_scale_milli",
     "drafter_confirmed",
+    "num_stopped_draft_tokens",
 )
 #: header field -> its slot in the file (fields are addressed by name)
 _SLOT = {name: slot for slot, name in enumerate(_HEADER_FIELDS)}
@@ -139,6 +145,7 @@ class StepCounters:
         num_skipped_draft_steps: int = 0,
         num_catch_up_tokens: int = 0,
         drafting_scale: float | None = None,
+        num_stopped_draft_tokens: int = 0,
     ) -> None:
         """Add one drafting step (one entry per request that drafted)."""
         base = len(_HEADER_FIELDS)  # the histogram follows the header
@@ -156,6 +163,7 @@ class StepCounters:
         self._add("num_skipped_draft_steps", num_skipped_draft_steps)
         self._add("num_catch_up_tokens", num_catch_up_tokens)
         self._add("num_steps", 1)
+        self._add("num_stopped_draft_tokens", num_stopped_draft_tokens)
         if drafting_scale is not None:
             self._set("drafting_scale_milli", round(drafting_scale * 1000))
 
@@ -278,6 +286,12 @@ class _PrometheusCollector:
             "Positions the draft model processed to catch up after skipped steps.",
             labels=labels,
         )
+        stopped_tokens = CounterMetricFamily(
+            "vllm:gammatune_stopped_draft_tokens",
+            "Draft tokens a per-token stop cut from the planned drafts (confidence or "
+            "entropy threshold, or gammatune_cost's rule that the next token would not pay).",
+            labels=labels,
+        )
         steps = CounterMetricFamily(
             "vllm:gammatune_steps",
             "Engine steps seen by the plugin's drafter (plugin_time_us / steps = "
@@ -330,13 +344,14 @@ class _PrometheusCollector:
             skipped.add_metric(label_values, snap["num_skipped_draft_steps"])
             catch_up.add_metric(label_values, snap["num_catch_up_tokens"])
             steps.add_metric(label_values, snap["num_steps"])
+            stopped_tokens.add_metric(label_values, snap["num_stopped_draft_tokens"])
             if snap["drafter_confirmed"]:
                 info.add_metric([*label_values, method, "v1", "AdaptiveDraftModelProposer"], 1)
             if snap["drafting_scale_milli"]:
                 drafting_scale.add_metric(label_values, snap["drafting_scale_milli"] / 1000)
         yield from (length, planned, stops, forwards, tracked, entropy_stops, relaxed,
                     mean_tg, mean_tv, plugin_seconds, skipped, catch_up, steps,
-                    drafting_scale, info)
+                    stopped_tokens, drafting_scale, info)
 
 
 _collector: _PrometheusCollector | None = None

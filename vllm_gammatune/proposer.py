@@ -10,9 +10,10 @@ scheduler and the rejection sampler are vLLM's own. Per step it:
 2. asks the policy for each request's next draft length and drafts only as far
    as the longest of them (vLLM's ``propose`` already takes the step's
    ``num_speculative_tokens``, as its batch-size schedule uses it);
-3. with a per-token stop (a confidence threshold, or AdaSD's entropy
-   threshold), marks a request as stopped after the first draft token that
-   crosses its threshold, and ends the whole step as soon as every request
+3. with a per-token stop (a confidence threshold, AdaSD's entropy
+   threshold, or the policy's own decision after each pass from the draft's
+   probability of each new token, ``draft_on``), marks a request as stopped
+   where its draft ends, and ends the whole step as soon as every request
    has stopped (no further draft forward; ``draft_step``);
 4. returns ``list[list[int]]``, one list per request, of its own length: the
    scheduler reserves and verifies exactly those (as for ngram drafts).
@@ -47,7 +48,12 @@ from vllm_gammatune.acceptance import AdaSDVerifier
 from vllm_gammatune.catch_up import DraftCatchUp, step_positions
 from vllm_gammatune.config import plugin_section, settings_from_additional_config
 from vllm_gammatune.draft_kv import DraftKVHoles
-from vllm_gammatune.draft_step import DraftStep, EveryRequestStopped, draft_distribution
+from vllm_gammatune.draft_step import (
+    DraftStep,
+    EveryRequestStopped,
+    draft_distribution,
+    proposed_token_probs,
+)
 from vllm_gammatune.metrics import StepCounters
 from vllm_gammatune.policies import BatchView
 from vllm_gammatune.state import RequestStateTable
@@ -78,6 +84,9 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
         #: None without relaxed verification, [drafted] H(q_i)) of its latest
         #: draft, read by ``acceptance.AdaSDVerifier``
         self.pending_drafts: dict[str, tuple[torch.Tensor | None, torch.Tensor]] = {}
+        #: with a trace only: req_id -> the draft's probability of each token
+        #: of its latest draft, until its verification is written
+        self.traced_token_probs: dict[str, list[float]] = {}
         #: the per-token verification at the rejection-sampling step, or None
         self.adasd_verifier = AdaSDVerifier(self) if self.policy.learns_per_token else None
         self._counters: StepCounters | None = None
@@ -115,10 +124,12 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
 
     def forget_requests_not_in(self, live_req_ids) -> None:
         """Drop every per-request entry (policy state, kept drafts, draft-KV
-        holes, trace step counters) of requests that are not live."""
+        holes, traced token probabilities and trace step counters) of
+        requests that are not live."""
         self.request_states.forget_missing(live_req_ids)
-        for req_id in [r for r in self.pending_drafts if r not in live_req_ids]:
-            del self.pending_drafts[req_id]
+        for table in (self.pending_drafts, self.traced_token_probs):
+            for req_id in [r for r in table if r not in live_req_ids]:
+                del table[req_id]
         self.draft_kv_holes.forget_missing(live_req_ids)
         trace.forget_missing(live_req_ids)
 
@@ -148,11 +159,20 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
             if drafted <= 0 or num_valid <= 0:
                 continue
             accepted = min(drafted, num_valid - 1)
-            trace.record(req_id, drafted, accepted)  # VLLM_GAMMATUNE_TRACE only
             state = self.request_states.get(req_id)
+            if trace.writer() is not None:  # VLLM_GAMMATUNE_TRACE only
+                self._trace_verification(req_id, state, drafted, accepted)
             self.request_states.set(
                 req_id, self.policy.observe(state, drafted, accepted, batch)
             )
+
+    def _trace_verification(self, req_id: str, state, drafted: int, accepted: int) -> None:
+        details = {}
+        probs = self.traced_token_probs.pop(req_id, None)
+        if probs is not None:
+            details["token_probs"] = [round(q, 4) for q in probs[:drafted]]
+        details.update(self.policy.verification_details(state, drafted) or {})
+        trace.record(req_id, drafted, accepted, details)
 
     # -- 2-4. plan, draft, cut ---------------------------------------------
     def _plan(self, req_ids: list[str], batch: BatchView, num_speculative_tokens: int):
@@ -170,9 +190,15 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
         if measure is not None:  # per request (AdaSD: T_G, Algorithm 1 line 6)
             thresholds = torch.tensor([policy.stop_threshold(s) for s in states],
                                       dtype=torch.float32, device=self.device)
+        token_rule = None
+        if policy.decides_per_token:
+            def token_rule(position, token_probs, active):
+                return policy.draft_on(states, position, token_probs, active)
         return DraftStep(planned, self.device, thresholds, stop_on=measure or "confidence",
                          keep_entropies=policy.learns_per_token,
-                         keep_distributions=policy.relaxes_verification)
+                         keep_distributions=policy.relaxes_verification,
+                         token_rule=token_rule,
+                         keep_token_probs=trace.writer() is not None)
 
     def _batch_view(self, req_ids: list[str], num_speculative_tokens: int, cad):
         """What the policy may know of this step (``BatchView``); the step's
@@ -233,6 +259,7 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
             if self._timer is not None:
                 self._timer.end_passes()
         start = time.perf_counter()
+        self.policy.draft_ended(len(step.token_ids))
         # [batch, tokens drafted this step]
         draft_token_ids = torch.stack(step.token_ids, dim=1)
         if step.probs:
@@ -243,6 +270,11 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
         drafts = [row[:n] for row, n in zip(rows, lengths)]
         if step.keep_entropies:
             self._keep_draft_distributions(req_ids, lengths, step)
+        if step.token_probs:
+            # [batch, tokens drafted this step]
+            token_probs = torch.stack(step.token_probs, dim=1).tolist()
+            self.traced_token_probs.update(
+                (req_id, row[:n]) for req_id, row, n in zip(req_ids, token_probs, lengths))
         self.policy_seconds += time.perf_counter() - start
         self._record_metrics(drafts, step.planned.tolist(), step,
                              num_catch_up_tokens=caught_up_tokens)
@@ -290,6 +322,7 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
         kept = [i for i in range(num_reqs) if not discarded[i]]
         early = step.stopped_early.tolist()
         num_early = sum(1 for i in kept if early[i])
+        num_stopped_tokens = sum(planned[i] - len(drafts[i]) for i in kept if early[i])
         entropy_stops = step.stop_on == "entropy"
         cycle_check = self.policy.cycle_check
         if cycle_check is not None and cycle_check.is_informed(num_reqs):
@@ -307,6 +340,7 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
             num_skipped_draft_steps=int(skipped),
             num_catch_up_tokens=num_catch_up_tokens,
             drafting_scale=None if cycle_check is None else self._reported_drafting_scale,
+            num_stopped_draft_tokens=num_stopped_tokens,
         )
 
     # -- the hook into vLLM's draft loop --------------------------------------
@@ -316,7 +350,8 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
             return super()._sample_draft_tokens(hidden_states, sampling_metadata)
         if self._timer is not None:  # time the passes
             self._timer.on_pass(hidden_states.shape[0])
-        if not step.needs_distribution:
+        token_probs = None
+        if not (step.needs_distribution or step.needs_token_probs):
             token_ids, probs = super()._sample_draft_tokens(hidden_states, sampling_metadata)
             distribution = None
         else:
@@ -326,8 +361,13 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
                 token_ids, probs = self._sample_from_logits(logits, sampling_metadata)
             else:
                 token_ids, probs = logits.argmax(dim=-1), None
-            distribution = probs if probs is not None else draft_distribution(
-                logits, sampling_metadata)
-        if step.record(token_ids, probs, distribution):
+            distribution = None
+            if step.needs_distribution:
+                distribution = probs if probs is not None else draft_distribution(
+                    logits, sampling_metadata)
+            if step.needs_token_probs:
+                # [batch]
+                token_probs = proposed_token_probs(logits, token_ids, sampling_metadata)
+        if step.record(token_ids, probs, distribution, token_probs):
             raise EveryRequestStopped
         return token_ids, probs

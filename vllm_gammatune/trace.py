@@ -4,7 +4,13 @@ When the environment variable ``VLLM_GAMMATUNE_TRACE=<path>`` is set in the
 process that runs the drafter, ``record(req_id, drafted, accepted)`` appends
 one JSON line per verified draft to ``<path>``::
 
-    {"req_id": "...", "step": 3, "num_draft_tokens": 5, "num_accepted_tokens": 2}
+    {"req_id": "...", "step": 3, "num_draft_tokens": 5, "num_accepted_tokens": 2,
+     "token_probs": [0.98, 0.91, 0.55, 0.97, 0.4]}
+
+``token_probs``: the draft's probability of each token it proposed (after
+temperature), the feature of a per-token stop; a policy that estimates each
+token's acceptance adds its estimates (``predicted_acceptance``, from
+``verification_details``), the data of a reliability plot.
 
 ``step`` counts the request's verifications from 1; the count of a request
 is dropped when the request leaves the engine (``forget_missing``, called
@@ -57,13 +63,14 @@ class TraceWriter:
             time.sleep(FLUSH_SECONDS)
             self.flush()
 
-    def record(self, req_id: str, num_draft_tokens: int, num_accepted_tokens: int) -> None:
+    def record(self, req_id: str, num_draft_tokens: int, num_accepted_tokens: int,
+               details: dict | None = None) -> None:
         with self._lock:
             step = self._steps.get(req_id, 0) + 1
             self._steps[req_id] = step
         self._append({"req_id": req_id, "step": step,
                       "num_draft_tokens": int(num_draft_tokens),
-                      "num_accepted_tokens": int(num_accepted_tokens)})
+                      "num_accepted_tokens": int(num_accepted_tokens), **(details or {})})
 
     def record_step(self, fields: dict) -> None:
         self._append({"event": "plan", **fields})
@@ -123,13 +130,15 @@ def writer() -> TraceWriter | None:
     return _writer
 
 
-def record(req_id: str, num_draft_tokens: int, num_accepted_tokens: int) -> None:
-    """Append one verification of ``req_id`` to the trace (no-op when off)."""
+def record(req_id: str, num_draft_tokens: int, num_accepted_tokens: int,
+           details: dict | None = None) -> None:
+    """Append one verification of ``req_id`` to the trace (no-op when off);
+    ``details``: further fields of the line."""
     if _resolved and _writer is None:
         return
     trace = writer()
     if trace is not None:
-        trace.record(req_id, num_draft_tokens, num_accepted_tokens)
+        trace.record(req_id, num_draft_tokens, num_accepted_tokens, details)
 
 
 def forget_missing(live_req_ids) -> None:

@@ -7,8 +7,10 @@ import math
 import random
 
 import pytest
+import torch
 
 from vllm_gammatune.draft_kv import DraftKVHoles, plan_catch_up_passes
+from vllm_gammatune.draft_step import DraftStep
 from vllm_gammatune.policies import (
     BatchLocalLinearCost,
     BatchView,
@@ -641,8 +643,11 @@ def test_drafting_scale_compares_drafted_with_skipped_cycles():
 
 def simulate(p: CostAwarePolicy, num_reqs: int, steps: int, rate: float,
              drafted_step_slowdown: float, seed: int = 0) -> list[list[int]]:
-    """Drive the policy like the proposer does, on a clock that charges
-    drafted steps ``drafted_step_slowdown`` times what the fixed costs say."""
+    """Drive the policy like the proposer does (its per-token stop through
+    ``DraftStep``, with every draft token at probability ``rate``, which is
+    also its chance of acceptance), on a clock that charges drafted steps
+    ``drafted_step_slowdown`` times what the fixed costs say. Returns each
+    step's drafted lengths."""
     rng = random.Random(seed)
     states = [p.new_state() for _ in range(num_reqs)]
     t_base, t_slope = p.target_cost.coefficients()
@@ -650,12 +655,9 @@ def simulate(p: CostAwarePolicy, num_reqs: int, steps: int, rate: float,
     plans, drafted = [], [0] * num_reqs
     for _ in range(steps):
         batch = BatchView(num_reqs, num_reqs + sum(drafted))
-        plan = p.plan_batch(states, batch)
+        plan = draft_like_the_proposer(p, states, batch, rate, drafted_step_slowdown)
         plans.append(plan)
         slow = drafted_step_slowdown if max(plan) else 1.0
-        for i in range(max(plan)):
-            tokens = batch.num_scheduled_tokens + num_reqs if i == 0 else num_reqs
-            p.observe_draft_pass(tokens, (d_base + d_slope * tokens) * slow, num_reqs)
         for state, k in zip(states, plan):  # the verification, next step
             if k:
                 accepted = 0
@@ -666,6 +668,25 @@ def simulate(p: CostAwarePolicy, num_reqs: int, steps: int, rate: float,
         p.observe_target_step(scheduled, (t_base + t_slope * scheduled) * slow, num_reqs)
         drafted = plan
     return plans
+
+
+def draft_like_the_proposer(p, states, batch, token_prob, slowdown=1.0) -> list[int]:
+    """One step: the plan, then the draft passes with the policy's per-token
+    stop, timed at the draft's fixed cost; the lengths drafted."""
+    num_reqs = len(states)
+    d_base, d_slope = p.draft_cost.coefficients()
+    step = DraftStep(p.plan_batch(states, batch), torch.device("cpu"),
+                     token_rule=lambda position, probs, active: p.draft_on(
+                         states, position, probs, active))
+    for position in range(1, step.num_steps + 1):
+        tokens = batch.num_scheduled_tokens + num_reqs if position == 1 else num_reqs
+        p.observe_draft_pass(tokens, (d_base + d_slope * tokens) * slowdown, num_reqs)
+        if step.record(torch.zeros(num_reqs, dtype=torch.long), None, None,
+                       torch.full((num_reqs,), token_prob)):
+            break
+    if step.num_steps:
+        p.draft_ended(len(step.token_ids))
+    return step.lengths.tolist()
 
 
 def test_measured_cycles_overrule_a_model_that_flatters_drafting():

@@ -22,7 +22,8 @@ def _runner(req_ids):
     holes = SimpleNamespace(live=None)
     holes.forget_missing = lambda live: setattr(holes, "live", set(live))
     drafter = SimpleNamespace(request_states=table, _counters=_Counters(), draft_kv_holes=holes,
-                              pending_drafts={r: None for r in req_ids})
+                              pending_drafts={r: None for r in req_ids},
+                              traced_token_probs={r: [0.5] for r in req_ids})
     # the plugin drafter's own sweep, on this stand-in
     drafter.forget_requests_not_in = (
         lambda live: AdaptiveDraftModelProposer.forget_requests_not_in(drafter, live))
@@ -44,6 +45,7 @@ def test_finished_requests_dropped_preempted_kept_gauge_updated():
     table = runner.drafter.request_states
     assert "b" not in table and "a" in table and "c" in table
     assert set(runner.drafter.pending_drafts) == {"a", "c"}
+    assert set(runner.drafter.traced_token_probs) == {"a", "c"}
     assert runner.drafter.draft_kv_holes.live == {"a", "c"}
     assert runner.drafter._counters.tracked == 2
 

@@ -14,6 +14,11 @@ hooks of every policy alike and never asks which policy it has:
 - per-token early stop (``stop_measure``, ``stop_threshold``): a request's
   draft ends after the first token whose top probability is below, or whose
   entropy is above, the request's threshold;
+- per-token decisions while drafting (``decides_per_token``, ``draft_on``,
+  ``draft_ended``, ``verification_details``): after each draft pass the
+  policy reads the draft's probability of every request's new token and
+  says which drafts go on, at what length the others end, and when the
+  step's draft ended;
 - per-token verification (``learns_per_token``, ``relaxes_verification``,
   ``accepts_mismatch``, ``verification_threshold``, ``observe_verification``):
   the policy learns at the rejection sampler from each draft token's entropy
@@ -96,6 +101,9 @@ class DraftLengthPolicy(ABC):
     #: to weigh catching the draft up (``catch_up_tokens``, ``has_prefill``,
     #: ``remaining_tokens``).
     skips_drafts: bool = False
+    #: The policy decides after each draft pass which drafts go on
+    #: (``draft_on``), from the draft's probability of each new token.
+    decides_per_token: bool = False
     #: The policy's check of its predictions against the clock
     #: (``policies.cycle_check.CycleCheck``), whose drafting scale the metrics
     #: report; None: no such check.
@@ -155,6 +163,26 @@ class DraftLengthPolicy(ABC):
         """This request's threshold for ``stop_measure`` (read at each plan)."""
         assert self.confidence_threshold is not None
         return self.confidence_threshold
+
+    # -- per-token decisions while drafting ---------------------------------------
+    def draft_on(self, states: list[Any], position: int, token_probs: Sequence[float],
+                 active: Sequence[bool]) -> list[int | None]:
+        """After draft pass ``position`` (1-based), for a policy that
+        ``decides_per_token``: per request, None to draft on (up to its
+        plan), or the length its draft ends at (``position``, or
+        ``position - 1`` to leave the new token unverified).
+        ``token_probs``: the draft's probability of each request's token of
+        this pass (after temperature); ``active``: which requests drafted in
+        it. Default: every draft goes on."""
+        return [None] * len(states)
+
+    def draft_ended(self, num_draft_passes: int) -> None:
+        """The step's draft ended after ``num_draft_passes`` passes."""
+
+    def verification_details(self, state: Any, num_draft_tokens: int) -> dict | None:
+        """What the policy knew of the request's last draft, for traces
+        (read just before ``observe``); None: nothing."""
+        return None
 
     # -- per-token verification ---------------------------------------------------
     def accepts_mismatch(self, state: Any, js_distance: float) -> bool:

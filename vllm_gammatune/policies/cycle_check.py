@@ -123,6 +123,12 @@ class CycleCheck:
             self._open.seconds += seconds
             self._open.draft_passes_timed += 1
 
+    def on_draft_passes_run(self, num_draft_passes: int) -> None:
+        """The open cycle's draft ended after ``num_draft_passes`` passes
+        (a per-token stop may end it before the plan's last pass)."""
+        if self._open is not None and self._open.num_draft_passes > 0:
+            self._open.num_draft_passes = num_draft_passes
+
     def on_catch_up_pass(self, seconds: float) -> None:
         if self._open is not None:
             self._open.seconds += seconds

@@ -24,7 +24,12 @@ Each step's plan (``plan_batch``) goes through, in order:
    plan's gain beats the chunk's draft prefill (``catch_up_pricing``);
 5. probes: requests at length 0 that are due draft one token, within the
    engine's probe budget (``probing``);
-6. the record of the decision, for traces (``decision``).
+6. the per-token stop (``token_stop``): in a decode step, a request that
+   drafts for its own sake may draft up to the cap, and after each token
+   the rule ends its draft once the next token would not pay; each
+   verification calibrates the rule's token acceptance
+   (``token_acceptance``);
+7. the record of the decision, for traces (``decision``).
 """
 
 from __future__ import annotations
@@ -36,11 +41,12 @@ from vllm_gammatune.policies.cost_aware.decision import DecisionRecord
 from vllm_gammatune.policies.cost_aware.planner import StepPlanner
 from vllm_gammatune.policies.cost_aware.probing import Probing
 from vllm_gammatune.policies.cost_aware.state import CostAwareState
+from vllm_gammatune.policies.cost_aware.token_stop import TokenPrices, TokenStop
 from vllm_gammatune.policies.cost_model import BatchLocalLinearCost, FixedLinearCost
 from vllm_gammatune.policies.cycle_check import CycleCheck
 
 
-class CostAwarePolicy(StepPlanner, Probing, CatchUpPricing, DecisionRecord,
+class CostAwarePolicy(StepPlanner, Probing, CatchUpPricing, DecisionRecord, TokenStop,
                       DraftLengthPolicy):
     """Per-step joint draft lengths maximising expected tokens per second.
 
@@ -60,6 +66,8 @@ class CostAwarePolicy(StepPlanner, Probing, CatchUpPricing, DecisionRecord,
             in steps that would not draft otherwise (1.0: no limit).
         min_draft_gain: a step drafts (beyond probes) only if its predicted
             tokens per second beat not drafting by at least this fraction.
+        token_stop: the per-token stop (``token_stop``); off, a request
+            drafts the length the step plan gave it.
     """
 
     #: it plans from measured step costs, and may plan 0 for a whole step
@@ -79,6 +87,7 @@ class CostAwarePolicy(StepPlanner, Probing, CatchUpPricing, DecisionRecord,
         check_cycles: bool = True,
         probe_budget: float = 0.01,
         min_draft_gain: float = 0.05,
+        token_stop: bool = True,
     ):
         super().__init__(max_num_draft_tokens)
         if probe_interval < 1 or max_probe_interval < probe_interval:
@@ -95,6 +104,7 @@ class CostAwarePolicy(StepPlanner, Probing, CatchUpPricing, DecisionRecord,
         self.draft_cost = draft_cost or BatchLocalLinearCost()
         self._init_catch_up_pricing(draft_cost)
         self.cycle_check = CycleCheck() if check_cycles else None
+        self._init_token_stop(token_stop)
 
     # -- step costs, fed by the proposer ------------------------------------
     def observe_target_step(self, num_scheduled_tokens: int, seconds: float,
@@ -113,6 +123,11 @@ class CostAwarePolicy(StepPlanner, Probing, CatchUpPricing, DecisionRecord,
         self.catch_up_cost.add(num_tokens, seconds)
         if self.cycle_check is not None:
             self.cycle_check.on_catch_up_pass(seconds)
+
+    def draft_ended(self, num_draft_passes: int) -> None:
+        """The per-token stop may end a step before its planned passes."""
+        if self.cycle_check is not None:
+            self.cycle_check.on_draft_passes_run(num_draft_passes)
 
     def observe_cycle_wall_time(self, seconds: float) -> None:
         """The wall time since the last plan (called just before the next)."""
@@ -135,6 +150,7 @@ class CostAwarePolicy(StepPlanner, Probing, CatchUpPricing, DecisionRecord,
     ) -> CostAwareState:
         self._check_observation(num_draft_tokens, num_accepted_tokens)
         self.acceptance.observe(state, num_draft_tokens, num_accepted_tokens)
+        self._learn_tokens(state, num_draft_tokens, num_accepted_tokens)
         if self.cycle_check is not None:
             self.cycle_check.on_accepted(num_accepted_tokens)
         return state
@@ -151,12 +167,14 @@ class CostAwarePolicy(StepPlanner, Probing, CatchUpPricing, DecisionRecord,
         self._settle_open_probe(measured)
         if not (self.target_cost.ready and self.draft_cost.ready):
             plan = [self.warmup_num_draft_tokens] * len(states)
+            self._begin_draft(states, [False] * len(states), None)
             self._advance_probing(states, plan, [False] * len(states))
             self._count_drafting(plan)
             self._decide("warmup", plan, [False] * len(plan), batch, 0.0, 0.0, measured)
             return plan
         if self._needs_price(batch, len(states)):
             plan = self._price_plan(states, batch)
+            self._begin_draft(states, [False] * len(states), None)
             self._decide("price", plan, [False] * len(plan), batch, 0.0, 0.0, measured)
             return plan
         rates = [self.acceptance_rate(s) for s in states]
@@ -176,4 +194,24 @@ class CostAwarePolicy(StepPlanner, Probing, CatchUpPricing, DecisionRecord,
             self.cycle_check.open(len(states), max(probed, default=0), tokens, seconds)
         kind = "draft" if max(plan, default=0) > 0 else "probe" if any(probes) else "skip"
         self._decide(kind, probed, probes, batch, tokens, seconds, measured)
-        return probed
+        return self._ruled_plan(states, batch, rates, plan, probed)
+
+    def _ruled_plan(self, states: list[CostAwareState], batch: BatchView,
+                    rates: list[float], plan: list[int], probed: list[int]) -> list[int]:
+        """The lengths the proposer drafts: in a decode step, a request that
+        drafts for its own sake gets the cap, and the per-token stop
+        (``token_stop``) ends its draft where the next token stops paying,
+        priced at the rate the plan expects (``TokenPrices``)."""
+        ruled = [k > 0 and not batch.has_prefill for k in plan]
+        prices = None
+        if any(ruled) and self.token_stop:
+            tokens, seconds = self.predicted_step(rates, batch, plan)
+            scale = (1.0 if self.cycle_check is None
+                     else self.cycle_check.drafting_scale(len(states)))
+            costs = self._step_costs(batch, len(states))
+            prices = TokenPrices(rate=scale * tokens / seconds, per_token=costs.per_token,
+                                 per_pass=costs.later_pass)
+        self._begin_draft(states, ruled, prices)
+        if prices is None:
+            return probed
+        return [self.max_num_draft_tokens if r else k for r, k in zip(ruled, probed)]

@@ -1,9 +1,10 @@
-"""A request's state under the cost-aware policy: its acceptance counts and
-where it stands in probing. Mutable: the policy updates it in place."""
+"""A request's state under the cost-aware policy: its acceptance counts,
+where it stands in probing, and its draft of this step as the per-token stop
+sees it. Mutable: the policy updates it in place."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass
@@ -18,3 +19,13 @@ class CostAwareState:
     probe_interval: int = 8
     #: True while the last draft was a probe
     probing: bool = False
+    #: the request's own offset in the token-acceptance model
+    bias: float = 0.0
+    #: True when the per-token stop governs this step's draft
+    ruled: bool = False
+    #: estimated chance that every token drafted so far this step is accepted
+    survival: float = 1.0
+    #: logit(q) of each token drafted this step, until its verification
+    features: list[float] = field(default_factory=list)
+    #: the estimated acceptance of each of them, as predicted when drafted
+    predicted: list[float] = field(default_factory=list)

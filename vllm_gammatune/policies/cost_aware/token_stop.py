@@ -1,0 +1,157 @@
+"""The per-token stop: draft a request's next token only while it pays.
+
+The step plan (``planner``) decides which requests draft at all. A request
+that drafts for its own sake may then draft up to the cap, and after each
+token it has drafted the rule decides, from that token's estimated
+acceptance (``token_acceptance``), whether to go on:
+
+- the token's *survival* ``S_i = alpha_1 * ... * alpha_i`` is the chance
+  that verification accepts it and every token before it, i.e. the expected
+  tokens it adds to the step;
+- one more draft token costs ``c_token``, one more verified position and
+  one more token in the next step's first draft pass, and the draft pass
+  that proposes it costs ``c_pass``, shared by every request still drafting
+  (both from the step-cost fits of ``cost_model``, around the batch size);
+- the step maximises tokens per second, so a token pays when it adds tokens
+  faster than the engine makes them: at ``R``, the plan's expected tokens per
+  second (with the clock's correction, ``cycle_check``). This is the
+  marginal condition of the ratio's maximum (Dinkelbach), as in the
+  planner, applied with the evidence of each drafted token.
+
+After the draft's pass ``i``, each request still drafting:
+
+1. keeps token ``i`` only if ``S_i >= R * c_token`` (its pass is paid; what
+   remains is its verification): otherwise its draft ends at ``i - 1``;
+2. stops at ``i`` if its next token's expected gain
+   ``g = S_i * alpha_next - R * c_token`` is not positive, where
+   ``alpha_next`` is the estimate at position ``i + 1`` from token ``i``'s
+   probability (the next token's own is not known before its pass);
+
+and the next pass runs only if the gains of the requests that would go on
+exceed its cost, ``sum g > R * c_pass``; otherwise they all stop at ``i``.
+Survival only falls along a draft, so this one-step look-ahead is the
+optimal stop of the monotone case. Lossless: the stop depends on the draft's
+tokens alone; verification is vLLM's rejection sampler, unchanged.
+
+Pure Python: the proposer hands the token probabilities of each pass as a
+list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from vllm_gammatune.policies.cost_aware.state import CostAwareState
+from vllm_gammatune.policies.cost_aware.token_acceptance import (
+    TokenAcceptanceModel,
+    logit,
+)
+
+
+@dataclass(frozen=True)
+class TokenPrices:
+    """What one more draft token of this step is measured against."""
+
+    #: R: tokens per second the step's plan is expected to make
+    rate: float
+    #: seconds of one more draft token (verification + next first pass)
+    per_token: float
+    #: seconds of one more draft pass over the batch
+    per_pass: float
+
+
+def rule_length(features: Sequence[float], model: TokenAcceptanceModel,
+                prices: TokenPrices, cap: int, request_bias: float = 0.0) -> int:
+    """The length the rule keeps for one request drafting alone, given the
+    ``logit(q)`` of the tokens the draft would propose (at least as many as
+    it drafts; offline simulation of recorded traces)."""
+    survival = 1.0
+    threshold = prices.rate * prices.per_token
+    for index, feature in enumerate(features[:cap]):
+        position = index + 1
+        survival *= model.predict(feature, position, request_bias)
+        if survival < threshold:
+            return position - 1
+        if position == cap:
+            return position
+        gain = survival * model.predict(feature, position + 1, request_bias) - threshold
+        if gain <= prices.rate * prices.per_pass:
+            return position
+    return min(cap, len(features))
+
+
+class TokenStop:
+    """The rule's state for the step being drafted.
+
+    A part of ``CostAwarePolicy``: it sets ``_token_prices`` when it plans a
+    drafting step and marks which requests the rule governs.
+    """
+
+    def _init_token_stop(self, enabled: bool) -> None:
+        self.token_stop = enabled
+        self.token_acceptance = TokenAcceptanceModel()
+        #: prices of the step being drafted, None where the rule is off
+        self._token_prices: TokenPrices | None = None
+
+    def _begin_draft(self, states: list[CostAwareState], ruled: list[bool],
+                     prices: TokenPrices | None) -> None:
+        """A plan was made: each request's draft starts afresh."""
+        self._token_prices = prices if self.token_stop else None
+        for state, governed in zip(states, ruled):
+            state.ruled = governed and self._token_prices is not None
+            state.survival = 1.0
+            state.features = []
+            state.predicted = []
+
+    # -- the proposer's hooks ---------------------------------------------------
+    @property
+    def decides_per_token(self) -> bool:
+        return True
+
+    def draft_on(self, states: list[CostAwareState], position: int,
+                 token_probs: Sequence[float], active: Sequence[bool]) -> list[int | None]:
+        """After draft pass ``position`` (1-based): per request, None to draft
+        on, or the length its draft ends at. ``token_probs``: the draft's
+        probability of each request's token of this pass; ``active``: the
+        requests that drafted in it."""
+        model = self.token_acceptance
+        prices = self._token_prices
+        decisions: list[int | None] = [None] * len(states)
+        going_on: list[tuple[int, float]] = []
+        threshold = 0.0 if prices is None else prices.rate * prices.per_token
+        for i, (state, q, drafted) in enumerate(zip(states, token_probs, active)):
+            if not drafted:
+                continue
+            feature = logit(q)
+            state.features.append(feature)
+            alpha = model.predict(feature, position, state.bias)
+            state.predicted.append(alpha)
+            if not state.ruled:
+                continue
+            state.survival *= alpha
+            if state.survival < threshold:
+                decisions[i] = position - 1
+                continue
+            gain = (state.survival * model.predict(feature, position + 1, state.bias)
+                    - threshold)
+            if gain <= 0.0:
+                decisions[i] = position
+            else:
+                going_on.append((i, gain))
+        if going_on and sum(g for _, g in going_on) <= prices.rate * prices.per_pass:
+            for i, _ in going_on:
+                decisions[i] = position
+        return decisions
+
+    def _learn_tokens(self, state: CostAwareState, num_draft_tokens: int,
+                      num_accepted_tokens: int) -> None:
+        """Label the verified tokens of the request's last draft."""
+        if num_draft_tokens and state.features:
+            state.bias = self.token_acceptance.learn(
+                state.features[:num_draft_tokens], num_accepted_tokens, state.bias)
+
+    def verification_details(self, state: CostAwareState, num_draft_tokens: int) -> dict:
+        """The last draft's tokens as the rule saw them (for traces)."""
+        return {"predicted_acceptance": [round(a, 4) for a in
+                                         state.predicted[:num_draft_tokens]]}
