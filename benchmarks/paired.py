@@ -99,7 +99,9 @@ class EngineCounts:
         for key, field in (("draft_forward_passes", "num_draft_forward_passes"),
                            ("skipped_draft_steps", "num_skipped_draft_steps"),
                            ("catch_up_tokens", "num_catch_up_tokens"),
-                           ("plugin_steps", "num_steps")):
+                           ("plugin_steps", "num_steps"),
+                           ("planned_draft_tokens", "num_planned_draft_tokens"),
+                           ("stopped_draft_tokens", "num_stopped_draft_tokens")):
             values[key] = snap.get(field, 0)
         return values
 
@@ -109,8 +111,20 @@ SWITCH_WARMUP_PROMPT = [[{"role": "user", "content": "Count from one to ten."}]]
 
 
 def method_name(engine: str) -> str:
-    """``--methods`` entry -> method: ``no_spec#2`` is a second ``no_spec`` engine (A/A runs)."""
-    return engine.partition("#")[0]
+    """``--methods`` entry -> method: ``no_spec#2`` is a second ``no_spec``
+    engine (A/A runs); ``vllm_draft_model@3`` is that method at K = 3."""
+    return engine.partition("#")[0].partition("@")[0]
+
+
+def engine_k(engine: str, default: int) -> int:
+    """The draft length of an entry: its ``@K``, else ``--k``'s."""
+    k = engine.partition("#")[0].partition("@")[2]
+    if not k:
+        return default
+    if not k.isdigit() or int(k) < 1:
+        raise ValueError(f"--methods: {engine!r}: the length after '@' must be an "
+                         "integer >= 1")
+    return int(k)
 
 
 def baseline_first(methods: list[str], baseline: str | None) -> list[str]:
@@ -134,6 +148,8 @@ def check_engines(methods: list[str], ks: list[int], baseline: str | None,
     from gammatune_tools.evaluation import check_method_names
 
     check_method_names(methods, known, name_of=method_name)
+    for method in methods:
+        engine_k(method, 1)
     if len(set(methods)) != len(methods):
         raise ValueError("--methods: each engine once (a second engine of one method: NAME#2)")
     if len(ks) != 1:
@@ -175,8 +191,9 @@ def summarize(rows: list[dict], methods: list[str], num_prompts: int) -> list[di
     by_batch: dict[tuple, dict] = {}
     for row in kept:
         key = (row["batch_size"], row["round"], row["method"])
-        for name in ("output_tokens", "wall_seconds", "accepted", "draft_forward_passes",
-                     "plugin_steps", "skipped_draft_steps", "catch_up_tokens"):
+        for name in ("output_tokens", "wall_seconds", "accepted", "drafts",
+                     "draft_forward_passes", "plugin_steps", "skipped_draft_steps",
+                     "catch_up_tokens", "planned_draft_tokens", "stopped_draft_tokens"):
             sums[key][name] += row.get(name, 0.0) or 0.0
         by_batch[(row["batch_size"], row["round"], row["batch"], row["method"])] = row
     summary = []
@@ -190,6 +207,8 @@ def summarize(rows: list[dict], methods: list[str], num_prompts: int) -> list[di
             ratios = [m / b for m, b in zip(rate, base)]
             tokens = sum(s["output_tokens"] for s in per_round)
             steps = sum(s["plugin_steps"] for s in per_round)
+            drafts = sum(s["drafts"] for s in per_round)
+            planned = sum(s["planned_draft_tokens"] for s in per_round)
             same = total = 0
             by_order: dict[bool, list[float]] = {True: [], False: []}
             for r in rounds:
@@ -209,6 +228,14 @@ def summarize(rows: list[dict], methods: list[str], num_prompts: int) -> list[di
                     (tokens - sum(s["accepted"] for s in per_round)) / tokens,
                 "draft_forwards_per_token":
                     sum(s["draft_forward_passes"] for s in per_round) / tokens,
+                # 1 + accepted per verification that had drafts (vLLM's
+                # mean acceptance length)
+                "accepted_length":
+                    1 + sum(s["accepted"] for s in per_round) / drafts if drafts else None,
+                # planned draft tokens a per-token stop cut
+                "stopped_share":
+                    sum(s["stopped_draft_tokens"] for s in per_round) / planned
+                    if planned else None,
                 "drafted_step_share":
                     1 - sum(s["skipped_draft_steps"] for s in per_round) / steps
                     if steps else None,
@@ -238,9 +265,9 @@ def report(summary: list[dict], baseline: str, title: str,
              "and 95% t-interval over rounds.", "",
              "| batch | method | rounds | tok/s per round | ratio per round | "
              "mean ratio [95% t-interval] | target passes/tok | draft fwd/tok | "
-             "drafted steps | catch-up tokens | requests equal to baseline | "
-             "batch ratio when first / second |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "accepted length | drafted steps | stopped by the rule | catch-up tokens | "
+             "requests equal to baseline | batch ratio when first / second |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in summary:
         same, total = row["same_as_baseline"]
         share = row["drafted_step_share"]
@@ -249,11 +276,17 @@ def report(summary: list[dict], baseline: str, title: str,
             f"{', '.join(fmt(v) for v in row['tokens_per_second'])} | "
             f"{'-' if row['method'] == baseline else ', '.join(fmt(v, 3) for v in row['ratios'])}"
             f" | {format_interval(row['ratio'])} | {fmt(row['target_passes_per_token'])} | "
-            f"{fmt(row['draft_forwards_per_token'])} | "
-            f"{'-' if share is None else f'{share:.0%}'} | {int(row['catch_up_tokens'])} | "
+            f"{fmt(row['draft_forwards_per_token'])} | {fmt(row.get('accepted_length'))} | "
+            f"{percent(share)} | "
+            f"{percent(row.get('stopped_share'))} | "
+            f"{int(row['catch_up_tokens'])} | "
             f"{f'{same}/{total}' if total else '-'} | "
             f"{fmt(row['ratio_when_first'], 3)} / {fmt(row['ratio_when_second'], 3)} |")
     return "\n".join(lines + [""])
+
+
+def percent(share: float | None) -> str:
+    return "-" if share is None else f"{share:.0%}"
 
 
 def write_summary(out: Path, methods: list[str], num_prompts: int,
@@ -461,7 +494,7 @@ def main() -> None:
     engines, counts, last_engine = {}, {}, None
     try:
         for method in methods:
-            spec = METHODS[method_name(method)](draft, ks[0], args.cap)
+            spec = METHODS[method_name(method)](draft, engine_k(method, ks[0]), args.cap)
             engines[method] = start_llm(target, spec, max_model_len=args.max_model_len,
                                         dtype=args.dtype, max_num_seqs=max(batch_sizes))
             counts[method] = EngineCounts(engines[method])

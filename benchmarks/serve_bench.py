@@ -68,7 +68,7 @@ from pathlib import Path
 from bench_common import (add_common_args, append_row, cell_key, done_keys, load_prompts,
                           parse_floats, parse_ks, parse_spec_options, plan_cells,
                           run_context, trace_path, write_context)
-from paired import check_engines, method_name
+from paired import check_engines, engine_k, method_name
 
 STARTUP_TIMEOUT_S = 900
 
@@ -374,7 +374,8 @@ def main() -> None:
 
     def spec_of(method: str, k: int) -> dict | None:
         name = method_name(method)
-        return custom[name] if name in custom else METHODS[name](draft, max(k, 1), args.cap)
+        return (custom[name] if name in custom
+                else METHODS[name](draft, max(engine_k(method, k), 1), args.cap))
 
     cell = Cell(args, target, dataset, num_prompts, env, results, out, context["date"])
     if args.rounds:

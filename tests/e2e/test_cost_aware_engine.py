@@ -270,3 +270,55 @@ def test_logprobs_match_target_on_skipped_and_probe_steps(tiny):
             assert set(have) == set(want)
             for token, logprob in want.items():
                 assert abs(have[token] - logprob) < 1e-3, (token, have[token], logprob)
+
+
+# drafting pays, a draft pass is cheap but not free: the per-token stop ends
+# drafts where the survival of the next token falls below what a pass costs
+CHEAP_PASSES = {"target_step_s": 0.1, "target_token_s": 0.0,
+                "draft_pass_s": 0.005, "draft_token_s": 0.0}
+
+
+def test_per_token_stop_cuts_drafts_losslessly_and_traces_its_estimates(
+        tiny, reference, tmp_path, monkeypatch):  # noqa: F811
+    """The rule ends drafts before the cap (counted), the output is the
+    target's, and the trace gives each verified token's draft probability
+    and the rule's estimate of its acceptance."""
+    import json
+
+    from vllm_gammatune import trace
+
+    path = tmp_path / "trace.jsonl"
+    monkeypatch.setenv(trace.ENV_VAR, str(path))
+    trace._reset_for_tests()
+    spec = {"method": "gammatune_cost", "model": tiny["draft"], "num_speculative_tokens": 6,
+            "fixed_step_costs": CHEAP_PASSES}
+    try:
+        with running_llm(tiny["target"], spec) as llm:
+            got = generate(llm)
+            metrics = metrics_by_name(llm)
+    finally:
+        trace._reset_for_tests()  # flushes
+    assert got == reference
+    stopped = counter(metrics, "vllm:gammatune_stopped_draft_tokens")
+    planned = counter(metrics, "vllm:gammatune_planned_draft_tokens")
+    drafted = int(metrics["vllm:gammatune_draft_length"].sum)
+    assert 0 < stopped and drafted + stopped <= planned
+    verified = [row for row in map(json.loads, path.read_text().splitlines())
+                if "event" not in row]
+    assert verified
+    for row in verified:
+        assert len(row["token_probs"]) == row["num_draft_tokens"]
+        assert len(row["predicted_acceptance"]) == row["num_draft_tokens"]
+        assert all(0.0 <= q <= 1.0 for q in row["token_probs"])
+    lengths = {row["num_draft_tokens"] for row in verified}
+    assert len(lengths) > 1, "the rule should vary the draft length"
+
+
+def test_without_the_per_token_stop_nothing_is_stopped(tiny, reference):  # noqa: F811
+    spec = {"method": "gammatune_cost", "model": tiny["draft"], "num_speculative_tokens": 6,
+            "fixed_step_costs": CHEAP_PASSES, "token_stop": False}
+    with running_llm(tiny["target"], spec) as llm:
+        got = generate(llm)
+        metrics = metrics_by_name(llm)
+    assert got == reference
+    assert counter(metrics, "vllm:gammatune_stopped_draft_tokens") == 0

@@ -66,6 +66,15 @@ def target_samples(tiny):
         ("gammatune_cost", {"fixed_step_costs": {
             "target_step_s": 0.01, "target_token_s": 0.0, "draft_pass_s": 0.0,
             "draft_token_s": 0.0}}),
+        # costs under which drafting pays but each draft pass must earn its
+        # cost: the per-token stop ends drafts mid-way, from the draft's
+        # probabilities (one-hot and full draft distributions in verification)
+        ("gammatune_cost", {"fixed_step_costs": {
+            "target_step_s": 0.1, "target_token_s": 0.0, "draft_pass_s": 0.005,
+            "draft_token_s": 0.0}}),
+        ("gammatune_cost", {"draft_sample_method": "probabilistic", "fixed_step_costs": {
+            "target_step_s": 0.1, "target_token_s": 0.0, "draft_pass_s": 0.005,
+            "draft_token_s": 0.0}}),
         # costs under which drafting rarely pays: steps without any draft token
         # (sampled by vLLM's plain sampler) alternate with one-token probes
         ("gammatune_cost", {"probe_interval": 2, "probe_budget": 1.0, "fixed_step_costs": {

@@ -33,6 +33,9 @@ class StepDecision:
     ``previous_cycle_seconds``: its seconds even when it was not (a batch
     change, a prefill chunk or more than ``OUTLIER_FACTOR`` times the
     prediction left it out of the check).
+    ``step_costs``: the cost fits around this batch size, in seconds:
+    (target step, target per token, draft pass, draft per token), the
+    coefficients ``fixed_step_costs`` takes.
     """
 
     batch_size: int
@@ -52,6 +55,7 @@ class StepDecision:
     measured_tokens: int | None
     measured_seconds: float | None
     previous_cycle_seconds: float | None
+    step_costs: tuple[float, float, float, float]
 
 
 class DecisionRecord:
@@ -91,4 +95,6 @@ class DecisionRecord:
             informed=check is not None and check.is_informed(num_reqs),
             measured_tokens=None if measured is None else measured.tokens,
             measured_seconds=None if measured is None else measured.seconds,
-            previous_cycle_seconds=None if check is None else check.last_seconds)
+            previous_cycle_seconds=None if check is None else check.last_seconds,
+            step_costs=(*self.target_cost.coefficients(num_reqs),
+                        *self.draft_cost.coefficients(num_reqs)))

@@ -1,0 +1,461 @@
+"""Per-token analysis of draft traces: calibration and projected tokens per second.
+
+    python benchmarks/token_traces.py TRACE [TRACE ...] --out DIR \\
+        [--cpu-costs T0,T1,D0,D1] [--cost-ratios 10,20] [--max-k 8] [--plot]
+
+Reads ``VLLM_GAMMATUNE_TRACE`` files (JSON lines; ``{"event": ...}`` plan
+lines are skipped) and writes ``DIR/token_traces.md`` (printed too),
+``DIR/token_traces.json`` (the same numbers) and, with ``--plot``,
+``DIR/reliability.png``.
+
+Why: the per-token stop (``policies/cost_aware/token_stop.py``) rests on two
+things a trace can check without running an engine: whether its estimate of
+each token's acceptance is calibrated, and how many tokens per second its
+stop would make against fixed draft lengths and an oracle.
+
+1. Reliability: labelled tokens (of one verification, token ``i`` is
+   accepted if ``i < num_accepted_tokens``, rejected if
+   ``i == num_accepted_tokens``; later ones were never tested) in bins of
+   width 0.1 of a predictor: mean prediction against observed acceptance,
+   plus the Brier score and log loss, for ``predicted_acceptance`` (the
+   method's online estimate, in ``gammatune_cost`` traces) and the raw
+   ``token_probs`` (the draft's own probability, the estimate's cold start).
+2. Projection, under the *renewal approximation*: every verification that
+   drafted at least ``--max-k`` tokens (with their ``token_probs``) is one
+   independent sample of what the draft would propose from that position and
+   how many of its tokens the target accepts (``a``, capped at max-k); a
+   strategy drafting ``k`` tokens there emits ``min(a, k) + 1``. The samples
+   are taken as they come (file order), as if each step started where the
+   trace's did, whatever the strategy emitted before: what a strategy's
+   choices do to the text that follows is ignored. A fixed-K trace at
+   K = max-k gives uncensored samples. Batch 1; a target step verifying
+   ``n`` tokens (1 + draft length) costs ``T0 + T1 * n`` seconds, a draft
+   pass ``D0 + D1``, and drafting ``k`` tokens costs ``k`` passes.
+   Strategies: no speculation; fixed K = 1..max-k; the per-token oracle
+   (drafts exactly the tokens the target accepts, max-k if it accepts them
+   all); the plugin's rule, simulated with its own ``rule_length`` and
+   ``TokenAcceptanceModel`` (learning online from what each verification
+   would have shown, the request's offset starting at 0 per request). The
+   rule prices a token against ``R``, the long-run tokens per second, found
+   by fixed-point iteration from the best fixed K's. A token the rule
+   drafted and then dropped cost a pass the simulation does not count (the
+   rule's length alone does not tell), so the rule is favoured by at most a
+   pass on such steps. The per-prompt oracle needs whole-prompt runs at each
+   K and is not computed here.
+
+A request is one ``req_id`` of one file until its ``step`` fails to increase
+(a file may hold several runs whose ``req_id`` values repeat).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from report import fmt, read_jsonl  # noqa: E402
+
+from vllm_gammatune.policies.cost_aware.token_acceptance import (  # noqa: E402
+    PROB_FLOOR,
+    TokenAcceptanceModel,
+    logit,
+)
+from vllm_gammatune.policies.cost_aware.token_stop import (  # noqa: E402
+    TokenPrices,
+    rule_length,
+)
+
+#: bins of width 1 / NUM_BINS of a predictor in [0, 1]
+NUM_BINS = 10
+#: simulations of the rule in the fixed-point search for its rate R
+RATE_ITERATIONS = 4
+#: the predictors of the reliability tables: trace field -> description
+PREDICTORS = {
+    "predicted_acceptance": "The method's online estimate (predicted_acceptance)",
+    "token_probs": "The draft's own probability (token_probs, the cold start)",
+}
+
+
+# -- reading ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Verification:
+    """One verification line of a trace."""
+
+    #: (file index, req_id, run): one request, see ``read_traces``
+    request: tuple
+    num_draft_tokens: int
+    num_accepted_tokens: int
+    token_probs: list[float] | None
+    predicted_acceptance: list[float] | None
+
+
+def read_traces(paths: list[Path]) -> list[Verification]:
+    """The verification lines of the files, in order. A ``req_id`` whose
+    ``step`` does not increase starts a new request (a later run's); lines
+    without ``step`` continue the ``req_id``'s request."""
+    verifications = []
+    for file_index, path in enumerate(paths):
+        last: dict[str, tuple[int, int | None]] = {}  # req_id -> (run, last step)
+        for row in read_jsonl(path):
+            if "event" in row or "num_draft_tokens" not in row:
+                continue
+            req_id = str(row["req_id"])
+            step = row.get("step")
+            run, last_step = last.get(req_id, (-1, None))
+            if run < 0 or (step is not None and last_step is not None and step <= last_step):
+                run += 1
+            last[req_id] = (run, step)
+            verifications.append(Verification(
+                (file_index, req_id, run), row["num_draft_tokens"],
+                row["num_accepted_tokens"], row.get("token_probs"),
+                row.get("predicted_acceptance")))
+    return verifications
+
+
+def token_labels(num_draft_tokens: int, num_accepted_tokens: int) -> list[int | None]:
+    """Per drafted token: 1 accepted, 0 the first rejected, None untested."""
+    accepted = min(num_accepted_tokens, num_draft_tokens)
+    labels: list[int | None] = [1] * accepted
+    if accepted < num_draft_tokens:
+        labels.append(0)
+    return labels + [None] * (num_draft_tokens - len(labels))
+
+
+# -- reliability -----------------------------------------------------------------
+
+
+def labelled_predictions(verifications: list[Verification],
+                         field: str) -> list[tuple[float, int]]:
+    """(prediction, label) of every labelled token that has ``field``."""
+    pairs = []
+    for v in verifications:
+        predictions = getattr(v, field)
+        if predictions is None:
+            continue
+        for p, label in zip(predictions,
+                            token_labels(v.num_draft_tokens, v.num_accepted_tokens)):
+            if label is not None:
+                pairs.append((p, label))
+    return pairs
+
+
+def log_loss_term(p: float, label: int) -> float:
+    """-log of the probability ``p`` gave the label (``p`` kept inside
+    [PROB_FLOOR, 1 - PROB_FLOOR], as the acceptance model keeps ``q``)."""
+    p = min(1.0 - PROB_FLOOR, max(PROB_FLOOR, p))
+    return -math.log(p if label else 1.0 - p)
+
+
+def reliability(pairs: list[tuple[float, int]]) -> dict:
+    """Bins of the prediction (non-empty ones: edges, tokens, mean
+    prediction, observed acceptance), Brier score and log loss."""
+    sums = [[0, 0.0, 0] for _ in range(NUM_BINS)]  # tokens, predictions, accepted
+    for p, label in pairs:
+        row = sums[min(max(int(p * NUM_BINS), 0), NUM_BINS - 1)]
+        row[0] += 1
+        row[1] += p
+        row[2] += label
+    bins = [{"low": i / NUM_BINS, "high": (i + 1) / NUM_BINS, "tokens": n,
+             "mean_prediction": total / n, "observed": accepted / n}
+            for i, (n, total, accepted) in enumerate(sums) if n]
+    if not pairs:
+        return {"tokens": 0, "bins": [], "brier": None, "log_loss": None}
+    brier = sum((p - label) ** 2 for p, label in pairs) / len(pairs)
+    log_loss = sum(log_loss_term(p, label) for p, label in pairs) / len(pairs)
+    return {"tokens": len(pairs), "bins": bins, "brier": brier, "log_loss": log_loss}
+
+
+# -- projection ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Costs:
+    """Seconds of a batch-1 step: target ``T0 + T1 * n`` for n verified
+    tokens, one draft pass ``D0 + D1``."""
+
+    name: str
+    T0: float
+    T1: float
+    D0: float
+    D1: float
+
+    @property
+    def draft_pass(self) -> float:
+        return self.D0 + self.D1
+
+    def step(self, k: int) -> float:
+        """Seconds of a step that drafts ``k`` tokens and verifies them."""
+        return self.T0 + self.T1 * (1 + k) + k * self.draft_pass
+
+
+@dataclass(frozen=True)
+class Sample:
+    """A verification that drafted at least max-k tokens (renewal sample)."""
+
+    request: tuple
+    #: tokens accepted, capped at max-k
+    accepted: int
+    #: the draft's probabilities of its first max-k tokens
+    token_probs: list[float]
+
+
+def projection_samples(verifications: list[Verification], max_k: int) -> list[Sample]:
+    return [Sample(v.request, min(v.num_accepted_tokens, max_k), v.token_probs[:max_k])
+            for v in verifications
+            if v.num_draft_tokens >= max_k and v.token_probs is not None
+            and len(v.token_probs) >= max_k]
+
+
+def outcome(samples: list[Sample], lengths: list[int], costs: Costs) -> dict:
+    """Totals of drafting ``lengths[j]`` tokens at sample j."""
+    tokens = sum(min(s.accepted, k) + 1 for s, k in zip(samples, lengths))
+    seconds = sum(costs.step(k) for k in lengths)
+    drafted = sum(lengths)
+    return {"tokens_per_second": tokens / seconds,
+            "tokens_per_target_pass": tokens / len(samples),
+            "draft_passes_per_token": drafted / tokens,
+            "mean_draft_length": drafted / len(samples)}
+
+
+def rule_lengths(samples: list[Sample], costs: Costs, rate: float, max_k: int) -> list[int]:
+    """The plugin's per-token stop over the samples in order, priced at
+    ``rate`` tokens/s, its acceptance model (fresh) learning online from what
+    each verification would have shown."""
+    model = TokenAcceptanceModel()
+    prices = TokenPrices(rate=rate, per_token=costs.T1 + costs.D1, per_pass=costs.draft_pass)
+    biases: dict[tuple, float] = {}
+    lengths = []
+    for sample in samples:
+        bias = biases.get(sample.request, 0.0)
+        features = [logit(q) for q in sample.token_probs]
+        k = rule_length(features, model, prices, cap=max_k, request_bias=bias)
+        biases[sample.request] = model.learn(features[:k], min(sample.accepted, k), bias)
+        lengths.append(k)
+    return lengths
+
+
+def rule_fixed_point(samples: list[Sample], costs: Costs, start_rate: float,
+                     max_k: int) -> tuple[list[int], list[float]]:
+    """The rule's lengths at the rate R it achieves: from ``start_rate``, each
+    simulation's tokens/s becomes the next one's R. Returns the last
+    simulation's lengths and the rates [R_0 = start, R_1, ...]: the last
+    simulation was priced at ``rates[-2]`` and achieved ``rates[-1]``."""
+    rates = [start_rate]
+    for _ in range(RATE_ITERATIONS):
+        lengths = rule_lengths(samples, costs, rates[-1], max_k)
+        rates.append(outcome(samples, lengths, costs)["tokens_per_second"])
+    return lengths, rates
+
+
+def project(samples: list[Sample], costs: Costs, max_k: int) -> dict:
+    """Every strategy's outcome under ``costs``, and the summary ratios."""
+    rows = {"no speculation": outcome(samples, [0] * len(samples), costs)}
+    fixed = {K: outcome(samples, [K] * len(samples), costs) for K in range(1, max_k + 1)}
+    rows.update({f"fixed K={K}": row for K, row in fixed.items()})
+    best_k = max(fixed, key=lambda K: fixed[K]["tokens_per_second"])
+    best = fixed[best_k]["tokens_per_second"]
+    rows["per-token oracle"] = outcome(samples, [s.accepted for s in samples], costs)
+    lengths, rates = rule_fixed_point(samples, costs, best, max_k)
+    rows["rule (gammatune_cost)"] = outcome(samples, lengths, costs)
+    base = rows["no speculation"]["tokens_per_second"]
+    return {
+        "name": costs.name,
+        "costs": {"T0": costs.T0, "T1": costs.T1, "D0": costs.D0, "D1": costs.D1},
+        "strategies": [{"strategy": name, **row,
+                        "relative": row["tokens_per_second"] / base}
+                       for name, row in rows.items()],
+        "best_fixed_k": best_k,
+        "rule_rate": rates[-2],
+        "rule_rate_iterations": rates,
+        "rule_vs_best_fixed": rows["rule (gammatune_cost)"]["tokens_per_second"] / best,
+        "oracle_vs_best_fixed": rows["per-token oracle"]["tokens_per_second"] / best,
+    }
+
+
+def cost_structures(cpu_costs: list[float] | None, cost_ratios: list[float]) -> list[Costs]:
+    structures = []
+    if cpu_costs is not None:
+        structures.append(Costs("cpu (measured costs)", *cpu_costs))
+    structures += [Costs(f"gpu-like, c={c:g}", 1.0, 0.0, 1.0 / c, 0.0) for c in cost_ratios]
+    return structures
+
+
+# -- analysis and report -----------------------------------------------------------
+
+
+def analyse(verifications: list[Verification], structures: list[Costs], max_k: int) -> dict:
+    samples = projection_samples(verifications, max_k)
+    projections = [project(samples, costs, max_k) for costs in structures] if samples else []
+    labelled = sum(sum(label is not None for label in
+                       token_labels(v.num_draft_tokens, v.num_accepted_tokens))
+                   for v in verifications)
+    return {
+        "counts": {"verification_lines": len(verifications),
+                   "projection_lines": len(samples),
+                   "labelled_tokens": labelled,
+                   "requests": len({v.request for v in verifications})},
+        "reliability": {field: reliability(labelled_predictions(verifications, field))
+                        for field in PREDICTORS},
+        "max_k": max_k,
+        "projections": projections,
+    }
+
+
+def counts_lines(counts: dict, max_k: int) -> list[str]:
+    return ["## Counts", "",
+            f"Verification lines read, those used for the projection (drafted at "
+            f"least max-k = {max_k} tokens, with token_probs), labelled tokens "
+            f"(accepted or first rejected) and requests.", "",
+            "| verification lines | projection lines | labelled tokens | requests |",
+            "|---|---|---|---|",
+            f"| {counts['verification_lines']} | {counts['projection_lines']} | "
+            f"{counts['labelled_tokens']} | {counts['requests']} |", ""]
+
+
+def reliability_lines(results: dict) -> list[str]:
+    lines = ["## Reliability", ""]
+    for field, description in PREDICTORS.items():
+        result = results[field]
+        lines += [f"### {description}", ""]
+        if not result["tokens"]:
+            lines += [f"No labelled token has `{field}`.", ""]
+            continue
+        lines += [f"Labelled tokens in bins of width {1 / NUM_BINS:g} of the prediction: "
+                  "mean prediction against the observed acceptance rate (calibrated: "
+                  f"equal). Over all {result['tokens']} labelled tokens: Brier score "
+                  f"{fmt(result['brier'], 4)}, log loss {fmt(result['log_loss'], 4)}.", "",
+                  "| bin | tokens | mean prediction | observed acceptance |",
+                  "|---|---|---|---|"]
+        lines += [f"| {b['low']:.1f}-{b['high']:.1f} | {b['tokens']} | "
+                  f"{fmt(b['mean_prediction'], 3)} | {fmt(b['observed'], 3)} |"
+                  for b in result["bins"]]
+        lines.append("")
+    return lines
+
+
+def projection_lines(projections: list[dict], max_k: int) -> list[str]:
+    lines = ["## Projected tokens per second", "",
+             "Renewal approximation: each verification that drafted at least "
+             f"max-k = {max_k} tokens is an independent sample of the draft's next "
+             "tokens and of how many the target accepts; a strategy drafting k there "
+             "emits min(accepted, k) + 1 tokens. Batch 1; a step costs "
+             "T0 + T1 * (1 + k) + k * (D0 + D1) seconds.", ""]
+    if not projections:
+        return lines + [f"No verification drafted at least {max_k} tokens with "
+                        "token_probs: nothing to project.", ""]
+    for p in projections:
+        c = p["costs"]
+        lines += [f"### {p['name']} (T0={c['T0']:g}, T1={c['T1']:g}, D0={c['D0']:g}, "
+                  f"D1={c['D1']:g})", "",
+                  "Per strategy: tokens/s (in the cost's time unit) and relative to no "
+                  "speculation, tokens emitted per target pass, draft passes per token "
+                  "emitted and mean draft length per step.", "",
+                  "| strategy | tok/s | vs no speculation | tokens / target pass | "
+                  "draft passes / token | mean draft length |", "|---|---|---|---|---|---|"]
+        lines += [f"| {s['strategy']} | {fmt(s['tokens_per_second'], 3)} | "
+                  f"{fmt(s['relative'], 3)} | {fmt(s['tokens_per_target_pass'], 3)} | "
+                  f"{fmt(s['draft_passes_per_token'], 3)} | "
+                  f"{fmt(s['mean_draft_length'], 2)} |" for s in p["strategies"]]
+        lines += ["", f"Best fixed K: {p['best_fixed_k']}. Rule / best fixed K: "
+                  f"{fmt(p['rule_vs_best_fixed'], 3)} (priced at R = "
+                  f"{fmt(p['rule_rate'], 4)} tok/s after {RATE_ITERATIONS} fixed-point "
+                  f"iterations from the best fixed K's). Per-token oracle / best fixed K: "
+                  f"{fmt(p['oracle_vs_best_fixed'], 3)}.", ""]
+    return lines
+
+
+def build_markdown(result: dict, paths: list[Path]) -> str:
+    lines = ["# Per-token analysis of draft traces", "",
+             "Traces: " + ", ".join(f"`{p}`" for p in paths), ""]
+    lines += counts_lines(result["counts"], result["max_k"])
+    lines += reliability_lines(result["reliability"])
+    lines += projection_lines(result["projections"], result["max_k"])
+    return "\n".join(lines)
+
+
+def plot_reliability(results: dict, path: Path) -> bool:
+    """Predicted against observed per bin, both predictors; False without
+    matplotlib."""
+    try:
+        from report import _pyplot
+
+        plt = _pyplot()
+    except ImportError:
+        return False
+    fig, ax = plt.subplots(figsize=(5, 5))
+    ax.plot([0, 1], [0, 1], color="grey", linestyle="--", label="calibrated")
+    for field, description in PREDICTORS.items():
+        bins = results[field]["bins"]
+        if bins:
+            ax.plot([b["mean_prediction"] for b in bins], [b["observed"] for b in bins],
+                    marker="o", label=description)
+    ax.set_xlabel("mean prediction")
+    ax.set_ylabel("observed acceptance")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.set_title("Reliability of per-token acceptance predictors", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def floats(text: str) -> list[float]:
+    return [float(x) for x in text.split(",") if x.strip()]
+
+
+def cpu_costs(text: str) -> list[float]:
+    values = floats(text)
+    if len(values) != 4:
+        raise argparse.ArgumentTypeError("expected four numbers: T0,T1,D0,D1")
+    return values
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("traces", nargs="+", type=Path,
+                        help="VLLM_GAMMATUNE_TRACE files (JSON lines), read in this order")
+    parser.add_argument("--out", type=Path, required=True,
+                        help="directory for token_traces.md/.json (and reliability.png)")
+    parser.add_argument("--cpu-costs", type=cpu_costs, default=None,
+                        help="T0,T1,D0,D1: measured seconds of a target step "
+                             "(T0 + T1 * tokens verified) and of a draft pass (D0 + D1); "
+                             "adds the structure 'cpu (measured costs)'")
+    parser.add_argument("--cost-ratios", type=floats, default=[10.0, 20.0],
+                        help="c values of GPU-like structures: T0=1, T1=0, D0=1/c, D1=0 "
+                             "(default 10,20)")
+    parser.add_argument("--max-k", type=int, default=8,
+                        help="largest draft length projected; only verifications that "
+                             "drafted at least this many tokens are samples (default 8)")
+    parser.add_argument("--plot", action="store_true",
+                        help="also write reliability.png (needs matplotlib)")
+    args = parser.parse_args(argv)
+    if args.max_k < 1:
+        parser.error("--max-k must be at least 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    verifications = read_traces(args.traces)
+    result = analyse(verifications, cost_structures(args.cpu_costs, args.cost_ratios),
+                     args.max_k)
+    args.out.mkdir(parents=True, exist_ok=True)
+    markdown = build_markdown(result, args.traces)
+    (args.out / "token_traces.md").write_text(markdown + "\n")
+    (args.out / "token_traces.json").write_text(json.dumps(result, indent=1))
+    print(markdown)
+    if args.plot and not plot_reliability(result["reliability"], args.out / "reliability.png"):
+        print("matplotlib is not importable: reliability.png skipped")
+
+
+if __name__ == "__main__":
+    main()

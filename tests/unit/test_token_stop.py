@@ -1,0 +1,155 @@
+"""gammatune_cost's per-token stop: the acceptance calibration and the rule."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from vllm_gammatune.draft_step import DraftStep
+from vllm_gammatune.policies import BatchView, CostAwarePolicy, FixedLinearCost
+from vllm_gammatune.policies.cost_aware.token_acceptance import (
+    TokenAcceptanceModel,
+    logit,
+)
+from vllm_gammatune.policies.cost_aware.token_stop import TokenPrices, rule_length
+
+CPU_TARGET = FixedLinearCost(0.10, 0.01)
+CPU_DRAFT = FixedLinearCost(0.03, 0.001)
+
+
+def test_cold_start_takes_the_drafts_probability_at_its_word():
+    model = TokenAcceptanceModel()
+    for q in (0.05, 0.5, 0.93):
+        assert model.predict(logit(q), 1) == pytest.approx(q, rel=1e-6)
+
+
+def test_calibration_learns_an_overconfident_draft():
+    """Acceptance is q**2 (the draft flatters itself): after a few thousand
+    labels the estimate at q = 0.8 is near 0.64, not 0.8."""
+    rng = random.Random(0)
+    model = TokenAcceptanceModel()
+    bias = 0.0
+    for _ in range(3000):
+        qs = [rng.uniform(0.3, 1.0) for _ in range(4)]
+        accepted = 0
+        while accepted < 4 and rng.random() < qs[accepted] ** 2:
+            accepted += 1
+        bias = model.learn([logit(q) for q in qs], accepted, bias)
+    assert model.predict(logit(0.8), 2, bias) == pytest.approx(0.64, abs=0.07)
+    # the reliability data: in every well-filled bin, prediction ~ observation
+    # over the second half (the first labels were predicted cold)
+    assert all(abs(predicted - observed) < 0.15
+               for _, predicted, observed, n in model.calibration() if n > 500)
+
+
+def test_labels_stop_at_the_first_rejection():
+    model = TokenAcceptanceModel()
+    model.learn([0.0] * 5, 2, 0.0)  # accepted, accepted, rejected, unseen, unseen
+    assert model.num_labels == 3
+    model.learn([0.0] * 3, 3, 0.0)  # all accepted: three labels
+    assert model.num_labels == 6
+    model.learn([], 0, 0.0)
+    assert model.num_labels == 6
+
+
+def prices(rate=8.0):
+    return TokenPrices(rate=rate, per_token=0.011, per_pass=0.031)
+
+
+def test_rule_drafts_on_while_confident_and_stops_at_a_doubtful_token():
+    model = TokenAcceptanceModel()
+    sure = [logit(0.99)] * 8
+    assert rule_length(sure, model, prices(), cap=8) == 8
+    # a token at 0.3 leaves survival below what its verification costs
+    # (8 tok/s x 11 ms = 0.088 < 0.99^2 x 0.3): kept, but the next does not pay
+    assert rule_length([logit(0.99), logit(0.99), logit(0.3), logit(0.99)], model,
+                       prices(), cap=8) == 3
+    # where nothing is worth its cost, the first drafted token is left unverified
+    assert rule_length([logit(0.05)], model, prices(rate=20.0), cap=8) == 0
+
+
+def test_rule_at_batch_greater_than_one_shares_the_pass():
+    """Two requests whose next tokens each gain less than a pass costs but
+    together more: the pass runs for both; a request that alone cannot pay
+    for its verification stops."""
+    policy = CostAwarePolicy(8, target_cost=CPU_TARGET, draft_cost=CPU_DRAFT)
+    states = [policy.new_state() for _ in range(3)]
+    for state in states:
+        state.ruled = True
+    policy._token_prices = TokenPrices(rate=10.0, per_token=0.01, per_pass=0.06)
+    # gain of each: S * alpha_next - R * c_token = 0.6 * 0.6 - 0.1 = 0.26 > 0,
+    # alone below R * c_pass = 0.6, together 0.52 still below: all stop at 1
+    assert policy.draft_on(states[:2], 1, [0.6, 0.6], [True, True]) == [1, 1]
+    for state in states:
+        state.survival, state.features, state.predicted = 1.0, [], []
+    # three at 0.75: each gains 0.4625, together 1.39 > 0.6: every one goes on
+    assert policy.draft_on(states, 1, [0.75] * 3, [True] * 3) == [None] * 3
+    # a request that did not draft in the pass is left alone; the first,
+    # alone now (0.75^3 - 0.1 = 0.32 < 0.6), cannot pay for a pass
+    assert policy.draft_on(states, 2, [0.75, 0.01, 0.75], [True, True, False]) == [
+        2, 1, None]
+
+
+def _simulate_batch1(make_policy, steps: int, seed: int) -> tuple[float, list[int]]:
+    """Tokens per second of a batch-1 engine on the fixed costs above, where
+    the text alternates between easy stretches (draft tokens at q ~ 0.95)
+    and hard ones (q ~ 0.35), and a token is accepted with probability q;
+    returns (tokens per second, drafted lengths)."""
+    rng = random.Random(seed)
+    p = make_policy()
+    state = p.new_state()
+    t0, t1 = CPU_TARGET.coefficients()
+    d0, d1 = CPU_DRAFT.coefficients()
+    tokens = seconds = 0.0
+    lengths, drafted, easy = [], 0, True
+    for _ in range(steps):
+        if rng.random() < 0.1:
+            easy = not easy
+        qs = [min(0.999, max(0.01, rng.gauss(0.95 if easy else 0.35, 0.05)))
+              for _ in range(p.max_num_draft_tokens)]
+        step = DraftStep(p.plan_batch([state], BatchView(1, 1 + drafted)),
+                         torch.device("cpu"),
+                         token_rule=lambda pos, probs, active: p.draft_on(
+                             [state], pos, probs, active))
+        for position in range(1, step.num_steps + 1):
+            if step.record(torch.zeros(1, dtype=torch.long), None, None,
+                           torch.tensor([qs[position - 1]])):
+                break
+        k = step.lengths.tolist()[0]
+        passes = len(step.token_ids)
+        accepted = 0
+        while accepted < k and rng.random() < qs[accepted]:
+            accepted += 1
+        if k:
+            p.observe(state, k, accepted, BatchView(1))
+        tokens += accepted + 1
+        seconds += t0 + t1 * (1 + k) + passes * (d0 + d1)
+        lengths.append(k)
+        drafted = k
+    return tokens / seconds, lengths
+
+
+def test_the_rule_beats_every_fixed_length_where_difficulty_varies():
+    """On text whose difficulty changes, drafting token by token while it
+    pays beats the best fixed length in hindsight by more than 5%."""
+    from vllm_gammatune.policies import FixedDraftPolicy
+
+    rule, lengths = _simulate_batch1(
+        lambda: CostAwarePolicy(8, target_cost=CPU_TARGET, draft_cost=CPU_DRAFT,
+                                check_cycles=False), 4000, seed=1)
+    fixed = {k: _simulate_batch1(lambda k=k: FixedDraftPolicy(8, k), 4000, seed=1)[0]
+             for k in range(1, 9)}
+    best_k = max(fixed, key=fixed.get)
+    assert rule > 1.05 * fixed[best_k], (rule, fixed)
+    # it drafts long on easy stretches and briefly on hard ones
+    assert max(lengths) == 8 and min(lengths) <= 1
+
+
+def test_without_the_rule_the_plan_lengths_stand():
+    p = CostAwarePolicy(8, target_cost=CPU_TARGET, draft_cost=CPU_DRAFT, token_stop=False)
+    state = p.new_state()
+    plan = p.plan_batch([state], BatchView(1, 1))
+    assert 0 < plan[0] < 8  # the geometric plan, not the cap
+    assert p.draft_on([state], 1, [0.01], [True]) == [None]
