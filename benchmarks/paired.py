@@ -58,7 +58,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_common import (add_common_args, append_row, load_prompts, parse_ks,  # noqa: E402
-                          run_context, write_context)
+                          run_context, trace_path, write_context)
 from report import fmt, format_interval, ratio_interval, read_jsonl  # noqa: E402
 
 
@@ -101,7 +101,8 @@ class EngineCounts:
                            ("catch_up_tokens", "num_catch_up_tokens"),
                            ("plugin_steps", "num_steps"),
                            ("planned_draft_tokens", "num_planned_draft_tokens"),
-                           ("stopped_draft_tokens", "num_stopped_draft_tokens")):
+                           ("stopped_draft_tokens", "num_stopped_draft_tokens"),
+                           ("plugin_time_us", "plugin_micros")):
             values[key] = snap.get(field, 0)
         return values
 
@@ -193,7 +194,8 @@ def summarize(rows: list[dict], methods: list[str], num_prompts: int) -> list[di
         key = (row["batch_size"], row["round"], row["method"])
         for name in ("output_tokens", "wall_seconds", "accepted", "drafts",
                      "draft_forward_passes", "plugin_steps", "skipped_draft_steps",
-                     "catch_up_tokens", "planned_draft_tokens", "stopped_draft_tokens"):
+                     "catch_up_tokens", "planned_draft_tokens", "stopped_draft_tokens",
+                     "plugin_time_us"):
             sums[key][name] += row.get(name, 0.0) or 0.0
         by_batch[(row["batch_size"], row["round"], row["batch"], row["method"])] = row
     summary = []
@@ -232,6 +234,10 @@ def summarize(rows: list[dict], methods: list[str], num_prompts: int) -> list[di
                 # mean acceptance length)
                 "accepted_length":
                     1 + sum(s["accepted"] for s in per_round) / drafts if drafts else None,
+                # the plugin's own time per engine step (planning, the
+                # per-token decisions, book-keeping; not the draft model)
+                "plugin_us_per_step":
+                    sum(s["plugin_time_us"] for s in per_round) / steps if steps else None,
                 # planned draft tokens a per-token stop cut
                 "stopped_share":
                     sum(s["stopped_draft_tokens"] for s in per_round) / planned
@@ -265,9 +271,9 @@ def report(summary: list[dict], baseline: str, title: str,
              "and 95% t-interval over rounds.", "",
              "| batch | method | rounds | tok/s per round | ratio per round | "
              "mean ratio [95% t-interval] | target passes/tok | draft fwd/tok | "
-             "accepted length | drafted steps | stopped by the rule | catch-up tokens | "
-             "requests equal to baseline | batch ratio when first / second |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "accepted length | drafted steps | stopped by the rule | plugin µs/step | "
+             "catch-up tokens | requests equal to baseline | batch ratio when first / second |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in summary:
         same, total = row["same_as_baseline"]
         share = row["drafted_step_share"]
@@ -278,7 +284,7 @@ def report(summary: list[dict], baseline: str, title: str,
             f" | {format_interval(row['ratio'])} | {fmt(row['target_passes_per_token'])} | "
             f"{fmt(row['draft_forwards_per_token'])} | {fmt(row.get('accepted_length'))} | "
             f"{percent(share)} | "
-            f"{percent(row.get('stopped_share'))} | "
+            f"{percent(row.get('stopped_share'))} | {fmt(row.get('plugin_us_per_step'), 0)} | "
             f"{int(row['catch_up_tokens'])} | "
             f"{f'{same}/{total}' if total else '-'} | "
             f"{fmt(row['ratio_when_first'], 3)} / {fmt(row['ratio_when_second'], 3)} |")
@@ -495,6 +501,8 @@ def main() -> None:
     try:
         for method in methods:
             spec = METHODS[method_name(method)](draft, engine_k(method, ks[0]), args.cap)
+            if args.trace:  # the engine's processes read it when they start
+                os.environ["VLLM_GAMMATUNE_TRACE"] = str(trace_path(out, method))
             engines[method] = start_llm(target, spec, max_model_len=args.max_model_len,
                                         dtype=args.dtype, max_num_seqs=max(batch_sizes))
             counts[method] = EngineCounts(engines[method])

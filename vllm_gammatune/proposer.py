@@ -365,9 +365,13 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
             if step.needs_distribution:
                 distribution = probs if probs is not None else draft_distribution(
                     logits, sampling_metadata)
-            if step.needs_token_probs:
-                # [batch]
-                token_probs = proposed_token_probs(logits, token_ids, sampling_metadata)
-        if step.record(token_ids, probs, distribution, token_probs):
+        # the plugin's own time: the token probabilities and every decision
+        started = time.perf_counter()
+        if step.needs_token_probs:
+            # [batch]
+            token_probs = proposed_token_probs(logits, token_ids, sampling_metadata)
+        every_request_stopped = step.record(token_ids, probs, distribution, token_probs)
+        self.policy_seconds += time.perf_counter() - started
+        if every_request_stopped:
             raise EveryRequestStopped
         return token_ids, probs
