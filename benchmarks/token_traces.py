@@ -33,14 +33,12 @@ stop would make against fixed draft lengths and an oracle.
    pass ``D0 + D1``, and drafting ``k`` tokens costs ``k`` passes.
    Strategies: no speculation; fixed K = 1..max-k; the per-token oracle
    (drafts exactly the tokens the target accepts, max-k if it accepts them
-   all); the plugin's rule, simulated with its own ``rule_length`` and
+   all); the plugin's rule, simulated with its own ``rule_draft`` and
    ``TokenAcceptanceModel`` (learning online from what each verification
    would have shown, the request's offset starting at 0 per request). The
    rule prices a token against ``R``, the long-run tokens per second, found
    by fixed-point iteration from the best fixed K's. A token the rule
-   drafted and then dropped cost a pass the simulation does not count (the
-   rule's length alone does not tell), so the rule is favoured by at most a
-   pass on such steps. The per-prompt oracle needs whole-prompt runs at each
+   drafted and then left unverified still costs its pass. The per-prompt oracle needs whole-prompt runs at each
    K and is not computed here.
 
 A request is one ``req_id`` of one file until its ``step`` fails to increase
@@ -67,7 +65,7 @@ from vllm_gammatune.policies.cost_aware.token_acceptance import (  # noqa: E402
 )
 from vllm_gammatune.policies.cost_aware.token_stop import (  # noqa: E402
     TokenPrices,
-    rule_length,
+    rule_draft,
 )
 
 #: bins of width 1 / NUM_BINS of a predictor in [0, 1]
@@ -213,10 +211,14 @@ def projection_samples(verifications: list[Verification], max_k: int) -> list[Sa
             and len(v.token_probs) >= max_k]
 
 
-def outcome(samples: list[Sample], lengths: list[int], costs: Costs) -> dict:
-    """Totals of drafting ``lengths[j]`` tokens at sample j."""
+def outcome(samples: list[Sample], lengths: list[int], costs: Costs,
+            passes: list[int] | None = None) -> dict:
+    """Totals of drafting ``lengths[j]`` tokens at sample j (in ``passes[j]``
+    draft passes, default as many as tokens)."""
     tokens = sum(min(s.accepted, k) + 1 for s, k in zip(samples, lengths))
     seconds = sum(costs.step(k) for k in lengths)
+    if passes is not None:
+        seconds += costs.draft_pass * (sum(passes) - sum(lengths))
     drafted = sum(lengths)
     return {"tokens_per_second": tokens / seconds,
             "tokens_per_target_pass": tokens / len(samples),
@@ -224,34 +226,36 @@ def outcome(samples: list[Sample], lengths: list[int], costs: Costs) -> dict:
             "mean_draft_length": drafted / len(samples)}
 
 
-def rule_lengths(samples: list[Sample], costs: Costs, rate: float, max_k: int) -> list[int]:
+def rule_lengths(samples: list[Sample], costs: Costs, rate: float,
+                 max_k: int) -> tuple[list[int], list[int]]:
     """The plugin's per-token stop over the samples in order, priced at
     ``rate`` tokens/s, its acceptance model (fresh) learning online from what
-    each verification would have shown."""
+    each verification would have shown: (lengths kept, draft passes run)."""
     model = TokenAcceptanceModel()
     prices = TokenPrices(rate=rate, per_token=costs.T1 + costs.D1, per_pass=costs.draft_pass)
     biases: dict[tuple, float] = {}
-    lengths = []
+    lengths, passes = [], []
     for sample in samples:
         bias = biases.get(sample.request, 0.0)
         features = [logit(q) for q in sample.token_probs]
-        k = rule_length(features, model, prices, cap=max_k, request_bias=bias)
+        k, run = rule_draft(features, model, prices, cap=max_k, request_bias=bias)
         biases[sample.request] = model.learn(features[:k], min(sample.accepted, k), bias)
         lengths.append(k)
-    return lengths
+        passes.append(run)
+    return lengths, passes
 
 
 def rule_fixed_point(samples: list[Sample], costs: Costs, start_rate: float,
-                     max_k: int) -> tuple[list[int], list[float]]:
+                     max_k: int) -> tuple[list[int], list[int], list[float]]:
     """The rule's lengths at the rate R it achieves: from ``start_rate``, each
     simulation's tokens/s becomes the next one's R. Returns the last
-    simulation's lengths and the rates [R_0 = start, R_1, ...]: the last
-    simulation was priced at ``rates[-2]`` and achieved ``rates[-1]``."""
+    simulation's lengths and passes and the rates [R_0 = start, R_1, ...]:
+    the last simulation was priced at ``rates[-2]`` and achieved ``rates[-1]``."""
     rates = [start_rate]
     for _ in range(RATE_ITERATIONS):
-        lengths = rule_lengths(samples, costs, rates[-1], max_k)
-        rates.append(outcome(samples, lengths, costs)["tokens_per_second"])
-    return lengths, rates
+        lengths, passes = rule_lengths(samples, costs, rates[-1], max_k)
+        rates.append(outcome(samples, lengths, costs, passes)["tokens_per_second"])
+    return lengths, passes, rates
 
 
 def project(samples: list[Sample], costs: Costs, max_k: int) -> dict:
@@ -262,8 +266,8 @@ def project(samples: list[Sample], costs: Costs, max_k: int) -> dict:
     best_k = max(fixed, key=lambda K: fixed[K]["tokens_per_second"])
     best = fixed[best_k]["tokens_per_second"]
     rows["per-token oracle"] = outcome(samples, [s.accepted for s in samples], costs)
-    lengths, rates = rule_fixed_point(samples, costs, best, max_k)
-    rows["rule (gammatune_cost)"] = outcome(samples, lengths, costs)
+    lengths, passes, rates = rule_fixed_point(samples, costs, best, max_k)
+    rows["rule (gammatune_cost)"] = outcome(samples, lengths, costs, passes)
     base = rows["no speculation"]["tokens_per_second"]
     return {
         "name": costs.name,

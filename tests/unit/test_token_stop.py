@@ -13,7 +13,7 @@ from vllm_gammatune.policies.cost_aware.token_acceptance import (
     TokenAcceptanceModel,
     logit,
 )
-from vllm_gammatune.policies.cost_aware.token_stop import TokenPrices, rule_length
+from vllm_gammatune.policies.cost_aware.token_stop import TokenPrices, rule_draft
 
 CPU_TARGET = FixedLinearCost(0.10, 0.01)
 CPU_DRAFT = FixedLinearCost(0.03, 0.001)
@@ -61,13 +61,13 @@ def prices(rate=8.0):
 def test_rule_drafts_on_while_confident_and_stops_at_a_doubtful_token():
     model = TokenAcceptanceModel()
     sure = [logit(0.99)] * 8
-    assert rule_length(sure, model, prices(), cap=8) == 8
+    assert rule_draft(sure, model, prices(), cap=8) == (8, 8)
     # a token at 0.3 leaves survival below what its verification costs
     # (8 tok/s x 11 ms = 0.088 < 0.99^2 x 0.3): kept, but the next does not pay
-    assert rule_length([logit(0.99), logit(0.99), logit(0.3), logit(0.99)], model,
-                       prices(), cap=8) == 3
+    assert rule_draft([logit(0.99), logit(0.99), logit(0.3), logit(0.99)], model,
+                      prices(), cap=8) == (3, 3)
     # where nothing is worth its cost, the first drafted token is left unverified
-    assert rule_length([logit(0.05)], model, prices(rate=20.0), cap=8) == 0
+    assert rule_draft([logit(0.05)], model, prices(rate=20.0), cap=8) == (0, 1)
 
 
 def test_rule_at_batch_greater_than_one_shares_the_pass():

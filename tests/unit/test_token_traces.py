@@ -147,17 +147,21 @@ def test_rule_lengths_stay_within_cap_and_follow_acceptance():
     hopeless = [Sample(("b",), 0, [0.1] * max_k) for _ in range(40)]
     mixed = random_samples(200, max_k, seed=1)
     for samples in (confident, hopeless, mixed):
-        lengths = token_traces.rule_lengths(samples, costs, rate=2.0, max_k=max_k)
-        assert len(lengths) == len(samples)
-        assert all(0 <= k <= max_k for k in lengths)
-    long = token_traces.rule_lengths(confident, costs, rate=2.0, max_k=max_k)
-    short = token_traces.rule_lengths(hopeless, costs, rate=2.0, max_k=max_k)
+        lengths, passes = token_traces.rule_lengths(samples, costs, rate=2.0, max_k=max_k)
+        assert len(lengths) == len(passes) == len(samples)
+        assert all(0 <= k <= max_k and k <= run <= k + 1 for k, run in zip(lengths, passes))
+    long, _ = token_traces.rule_lengths(confident, costs, rate=2.0, max_k=max_k)
+    short, _ = token_traces.rule_lengths(hopeless, costs, rate=2.0, max_k=max_k)
     assert sum(long) > sum(short)
 
-    lengths, rates = token_traces.rule_fixed_point(mixed, costs, 2.0, max_k)
+    lengths, passes, rates = token_traces.rule_fixed_point(mixed, costs, 2.0, max_k)
     assert len(rates) == token_traces.RATE_ITERATIONS + 1 and rates[0] == 2.0
     assert rates[-1] == pytest.approx(
-        token_traces.outcome(mixed, lengths, costs)["tokens_per_second"])
+        token_traces.outcome(mixed, lengths, costs, passes)["tokens_per_second"])
+    # a token drafted and left unverified costs its pass
+    dropped = token_traces.outcome(mixed[:1], [0], costs, [1])
+    assert dropped["tokens_per_second"] < token_traces.outcome(mixed[:1], [0], costs)[
+        "tokens_per_second"]
 
 
 def test_cli_writes_markdown_and_json_and_skips_event_lines(tmp_path):

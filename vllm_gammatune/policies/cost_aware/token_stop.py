@@ -61,24 +61,27 @@ class TokenPrices:
     per_pass: float
 
 
-def rule_length(features: Sequence[float], model: TokenAcceptanceModel,
-                prices: TokenPrices, cap: int, request_bias: float = 0.0) -> int:
-    """The length the rule keeps for one request drafting alone, given the
-    ``logit(q)`` of the tokens the draft would propose (at least as many as
-    it drafts; offline simulation of recorded traces)."""
+def rule_draft(features: Sequence[float], model: TokenAcceptanceModel,
+               prices: TokenPrices, cap: int, request_bias: float = 0.0) -> tuple[int, int]:
+    """(length kept, draft passes run) of the rule for one request drafting
+    alone, given the ``logit(q)`` of the tokens the draft would propose (at
+    least as many as it drafts; offline simulation of recorded traces). The
+    passes exceed the length by one where the last drafted token was not
+    worth verifying."""
     survival = 1.0
     threshold = prices.rate * prices.per_token
     for index, feature in enumerate(features[:cap]):
         position = index + 1
         survival *= model.predict(feature, position, request_bias)
         if survival < threshold:
-            return position - 1
+            return position - 1, position
         if position == cap:
-            return position
+            return position, position
         gain = survival * model.predict(feature, position + 1, request_bias) - threshold
         if gain <= prices.rate * prices.per_pass:
-            return position
-    return min(cap, len(features))
+            return position, position
+    drafted = min(cap, len(features))
+    return drafted, drafted
 
 
 class TokenStop:
