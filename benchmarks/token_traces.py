@@ -38,8 +38,9 @@ stop would make against fixed draft lengths and an oracle.
    would have shown, the request's offset starting at 0 per request). The
    rule prices a token against ``R``, the long-run tokens per second, found
    by fixed-point iteration from the best fixed K's. A token the rule
-   drafted and then left unverified still costs its pass. The per-prompt oracle needs whole-prompt runs at each
-   K and is not computed here.
+   drafted and then left unverified still costs its pass. The per-request
+   oracle is the best static choice (no speculation or one fixed K) for each
+   request in hindsight, on that request's samples.
 
 A request is one ``req_id`` of one file until its ``step`` fails to increase
 (a file may hold several runs whose ``req_id`` values repeat).
@@ -265,6 +266,8 @@ def project(samples: list[Sample], costs: Costs, max_k: int) -> dict:
     rows.update({f"fixed K={K}": row for K, row in fixed.items()})
     best_k = max(fixed, key=lambda K: fixed[K]["tokens_per_second"])
     best = fixed[best_k]["tokens_per_second"]
+    rows["per-request oracle"] = outcome(samples, per_request_best(samples, costs, max_k),
+                                         costs)
     rows["per-token oracle"] = outcome(samples, [s.accepted for s in samples], costs)
     lengths, passes, rates = rule_fixed_point(samples, costs, best, max_k)
     rows["rule (gammatune_cost)"] = outcome(samples, lengths, costs, passes)
@@ -280,7 +283,22 @@ def project(samples: list[Sample], costs: Costs, max_k: int) -> dict:
         "rule_rate_iterations": rates,
         "rule_vs_best_fixed": rows["rule (gammatune_cost)"]["tokens_per_second"] / best,
         "oracle_vs_best_fixed": rows["per-token oracle"]["tokens_per_second"] / best,
+        "rule_vs_per_request_oracle": (rows["rule (gammatune_cost)"]["tokens_per_second"]
+                                       / rows["per-request oracle"]["tokens_per_second"]),
     }
+
+
+def per_request_best(samples: list[Sample], costs: Costs, max_k: int) -> list[int]:
+    """Per sample, the length of its request's best static choice (0 = no
+    speculation, or one K in 1..max_k), chosen in hindsight on the request's
+    own samples."""
+    by_request: dict[tuple, list[Sample]] = {}
+    for sample in samples:
+        by_request.setdefault(sample.request, []).append(sample)
+    best = {request: max(range(max_k + 1), key=lambda k: outcome(
+        mine, [k] * len(mine), costs)["tokens_per_second"])
+        for request, mine in by_request.items()}
+    return [best[sample.request] for sample in samples]
 
 
 def cost_structures(cpu_costs: list[float] | None, cost_ratios: list[float]) -> list[Costs]:
@@ -370,8 +388,9 @@ def projection_lines(projections: list[dict], max_k: int) -> list[str]:
         lines += ["", f"Best fixed K: {p['best_fixed_k']}. Rule / best fixed K: "
                   f"{fmt(p['rule_vs_best_fixed'], 3)} (priced at R = "
                   f"{fmt(p['rule_rate'], 4)} tok/s after {RATE_ITERATIONS} fixed-point "
-                  f"iterations from the best fixed K's). Per-token oracle / best fixed K: "
-                  f"{fmt(p['oracle_vs_best_fixed'], 3)}.", ""]
+                  f"iterations from the best fixed K's). Rule / per-request oracle: "
+                  f"{fmt(p['rule_vs_per_request_oracle'], 3)}. Per-token oracle / best "
+                  f"fixed K: {fmt(p['oracle_vs_best_fixed'], 3)}.", ""]
     return lines
 
 

@@ -140,6 +140,22 @@ def test_per_token_oracle_beats_every_fixed_k_on_gpu_like_costs(c):
     assert result["oracle_vs_best_fixed"] >= 1.0
 
 
+def test_per_request_oracle_takes_each_requests_best_static_choice():
+    """One request the draft always gets right, one it never does: the
+    oracle drafts the cap for the first and nothing for the second, and is
+    at least as fast as any one choice for both."""
+    max_k = 4
+    costs = Costs("cpu-like", 1.0, 0.0, 0.3, 0.0)
+    easy = [Sample(("easy",), max_k, [0.99] * max_k) for _ in range(10)]
+    hard = [Sample(("hard",), 0, [0.2] * max_k) for _ in range(10)]
+    lengths = token_traces.per_request_best(easy + hard, costs, max_k)
+    assert lengths == [max_k] * 10 + [0] * 10
+    oracle = token_traces.outcome(easy + hard, lengths, costs)["tokens_per_second"]
+    for k in range(max_k + 1):
+        static = token_traces.outcome(easy + hard, [k] * 20, costs)["tokens_per_second"]
+        assert oracle >= static
+
+
 def test_rule_lengths_stay_within_cap_and_follow_acceptance():
     max_k = 5
     costs = Costs("gpu-like", 1.0, 0.0, 0.1, 0.0)
@@ -195,4 +211,4 @@ def test_cli_writes_markdown_and_json_and_skips_event_lines(tmp_path):
                                                            "gpu-like, c=10"]
     strategies = [s["strategy"] for s in result["projections"][0]["strategies"]]
     assert strategies == ["no speculation", "fixed K=1", "fixed K=2", "fixed K=3",
-                          "per-token oracle", "rule (gammatune_cost)"]
+                          "per-request oracle", "per-token oracle", "rule (gammatune_cost)"]
