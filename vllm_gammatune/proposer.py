@@ -57,7 +57,11 @@ from vllm_gammatune.draft_step import (
 from vllm_gammatune.metrics import StepCounters
 from vllm_gammatune.policies import BatchView
 from vllm_gammatune.state import RequestStateTable
-from vllm_gammatune.step_timing import StepTimer, same_plan_on_every_rank
+from vllm_gammatune.step_timing import (
+    StepTimer,
+    same_decisions_on_every_rank,
+    same_plan_on_every_rank,
+)
 
 logger = init_logger(__name__)
 
@@ -193,7 +197,8 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
         token_rule = None
         if policy.decides_per_token:
             def token_rule(position, token_probs, active):
-                return policy.draft_on(states, position, token_probs, active)
+                return same_decisions_on_every_rank(
+                    policy.draft_on(states, position, token_probs, active), self.device)
         return DraftStep(planned, self.device, thresholds, stop_on=measure or "confidence",
                          keep_entropies=policy.learns_per_token,
                          keep_distributions=policy.relaxes_verification,
