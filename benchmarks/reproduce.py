@@ -119,10 +119,12 @@ def check_config(config: dict, where: str) -> None:
 
 def method_names(step: dict) -> list[str]:
     """The methods a step measures, as the harness resolves them: ``NAME#2`` is a
-    second engine of NAME, and ``--spec NAME=JSON`` defines NAME."""
+    second engine of NAME, ``NAME@3`` is NAME at K = 3, and ``--spec NAME=JSON``
+    defines NAME."""
     spec_names = {option.partition("=")[0].strip() for option in step["args"].get("spec", [])}
-    names = [m.strip() for m in step["args"]["methods"].split(",") if m.strip()]
-    return [m.split("#", 1)[0] for m in names if m.split("#", 1)[0] not in spec_names]
+    names = [m.strip().split("#", 1)[0].split("@", 1)[0]
+             for m in step["args"]["methods"].split(",") if m.strip()]
+    return [m for m in names if m not in spec_names]
 
 
 def step_args(step: dict, quick: dict | None) -> dict:

@@ -322,8 +322,8 @@ METHODS: dict[str, Method] = {m.name: m for m in (
                                  mode=s.adasd_mode),
            num_speculative_tokens=DEFAULT_ADASD_NUM_SPECULATIVE_TOKENS),
     Method(METHOD_COST_AWARE,
-           "cost-aware lengths (0 allowed) maximising tokens per second of measured "
-           "step costs",
+           "cost-aware: which requests draft (0 allowed), from measured step costs; "
+           "each draft goes on token by token while its next token pays",
            True, ("probe_interval", "probe_budget", "min_draft_gain", "token_stop",
                   "fixed_step_costs"),
            _cost_aware_policy,

@@ -276,7 +276,7 @@ def test_trace_keeps_engine_steps_apart_from_requests(tmp_path, monkeypatch):
         num_probes=0, catch_up_tokens=40, catch_up_seconds_per_token=0.002,
         drafting_share=0.5, predicted_tokens=4.5, predicted_seconds=0.2,
         drafting_scale=1.0, informed=False, measured_tokens=None, measured_seconds=None,
-        previous_cycle_seconds=0.3)
+        previous_cycle_seconds=0.3, step_costs=(0.1, 0.0, 0.04, 0.0))
     try:
         trace.record("a", 4, 2)
         trace.record_step(decision)
@@ -286,6 +286,7 @@ def test_trace_keeps_engine_steps_apart_from_requests(tmp_path, monkeypatch):
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     assert lines[1]["event"] == "plan"
     assert lines[1]["catch_up_tokens"] == 40 and lines[1]["kind"] == "draft"
+    assert lines[1]["step_costs"] == [0.1, 0.0, 0.04, 0.0]
     assert list(report.load_trace(path)) == ["a"]  # the plan line is no request
 
 

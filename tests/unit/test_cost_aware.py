@@ -275,9 +275,6 @@ def test_catch_up_is_spread_over_the_requests_remaining_tokens():
     assert p.catch_up_share(0.75, 256) == pytest.approx(1 / 64)
     assert p.catch_up_share(0.75, 10_000) == p.catch_up_share(0.75, 256)  # the horizon
     assert p.catch_up_share(0.75, 2) == 1.0 == p.catch_up_share(0.75, None)
-    # half the recent steps drafted: spread over half as many steps
-    assert p.catch_up_share(0.75, 256, drafting_share=0.5) == pytest.approx(1 / 32)
-    assert p.catch_up_share(0.75, 256, drafting_share=0.0) == 1.0
 
     def plan(remaining):
         return p.best_plan(states, BatchView(2, 2, catch_up_tokens=(0, 100),
@@ -288,23 +285,28 @@ def test_catch_up_is_spread_over_the_requests_remaining_tokens():
     assert plan((256, 256))[1] > 0  # a long way to go: catches up and drafts
 
 
-def test_catch_up_is_spread_only_over_steps_the_engine_drafts():
-    """A catch-up pays back only on later drafted steps: where the engine
-    has stopped drafting, a lagging request is charged its catch-up nearly
-    whole and waits; the requests without one still draft."""
+def test_a_catch_up_is_spread_whenever_drafting_pays_without_it():
+    """A request whose drafting pays on its own catches up and drafts even
+    after a long stretch where the engine drafted nothing (an engine-wide
+    share of drafted steps would charge it whole and lock drafting out for
+    good); where drafting does not pay even without the catch-up, the step
+    skips."""
     # a 50 ms target step; a 300-token catch-up costs 65 ms, ~1 ms per step
     # when spread over the ~64 steps a request with rate 0.75 has left
     p = policy(target=FixedLinearCost(0.05, 0.0005), draft=FixedLinearCost(0.005, 0.0002))
     good = trained_states(p, 3, drafted=4, accepted=3)
     lagging = BatchView(3, 3, catch_up_tokens=(0, 0, 300), remaining_tokens=(256,) * 3)
-    assert p.drafting_share == 1.0
     assert min(p.best_plan(good, lagging)) > 0  # spread over ~64 drafted steps
     bad = trained_states(p, 3, drafted=4, accepted=0)
     for _ in range(200):
         p.plan_batch(bad, BatchView(3, 3))  # nothing pays: skips (and probes)
     assert p.drafting_share < 0.05
-    plan = p.best_plan(good, lagging)
+    assert min(p.best_plan(good, lagging)) > 0  # still: it drafts after catching up
+    # all of the catch-up now (2 tokens left): the lagging request waits
+    short = BatchView(3, 3, catch_up_tokens=(0, 0, 300), remaining_tokens=(256, 256, 2))
+    plan = p.best_plan(good, short)
     assert min(plan[:2]) > 0 and plan[2] == 0
+    assert p.best_plan(bad, lagging) == [0, 0, 0]
 
 
 def test_drafts_only_on_a_predicted_gain_above_the_margin():

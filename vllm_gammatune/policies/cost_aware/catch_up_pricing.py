@@ -7,13 +7,19 @@ so a plan is charged the share of it that its remaining drafting steps leave
 to this one (``catch_up_share``): spread over at most ``remaining_tokens``
 (capped at ``CATCH_UP_HORIZON_TOKENS``) times ``1 - a`` steps, since a draft
 with acceptance rate ``a`` emits at most ``1 / (1 - a)`` tokens a step (the
-fewest steps: the largest share), times ``drafting_share``, the decayed
-share of recent steps that drafted for their own sake. Where the engine
-rarely drafts, a catch-up is thus charged nearly whole: a new request that
-catches up hundreds of prompt tokens, drafts once and never again pays for
-the whole pass in that one step (1.5-2.4 s against 0.2 s for a step without
-drafting, at concurrency 4 on the 2-core CPU). Where drafting pays on most
-steps (batch 1) the share is near 1 and the pass is spread out.
+fewest steps: the largest share). A request drafts on later steps if its
+drafting pays at the batch without the catch-up: so a plan first finds the
+requests that would draft were nothing to catch up (none: the step skips,
+since a catch-up only adds cost), spreads those requests' catch-ups, and
+charges every other request its catch-up whole. A new request that would
+catch up hundreds of prompt tokens where drafting does not pay (concurrency
+4 on the 2-core CPU: the pass takes 1.5-2.4 s against 0.2 s for a step
+without drafting) thus never catches up; where drafting pays (batch 1), it
+catches up at once, however long the engine went without drafting. (An
+engine-wide share of recent drafted steps in place of that test would be
+self-fulfilling: after a stretch of text where drafting did not pay, every
+new request's prompt would be charged whole and the engine would never
+draft again.)
 
 A catch-up is priced by its own fit (``catch_up_line``): catch-up passes run
 over many positions per request, like a prefill, where a token costs far
@@ -109,8 +115,7 @@ class CatchUpPricing:
         #: whether the last planned step had a prompt chunk
         self._after_prompt = False
         #: decayed share of recent steps that drafted for their own sake
-        #: (warm-up included, probes not): the chance that a request that
-        #: catches up now drafts on a later step (``catch_up_share``)
+        #: (warm-up included, probes not), reported in traces
         self.drafting_share = 1.0
 
     def catch_up_line(self, num_reqs: int) -> tuple[float, float] | None:
@@ -129,16 +134,14 @@ class CatchUpPricing:
         return None if rate is None else (0.0, rate)
 
     @staticmethod
-    def catch_up_share(rate: float, remaining_tokens: int | None,
-                       drafting_share: float = 1.0) -> float:
-        """The share of a request's catch-up its plan is charged now: one
-        over the steps it has left that will draft, at most
-        ``min(remaining_tokens, CATCH_UP_HORIZON_TOKENS) * (1 - rate) *
-        drafting_share`` (module docstring). Unknown remaining tokens: all
-        of it now."""
+    def catch_up_share(rate: float, remaining_tokens: int | None) -> float:
+        """The share of a drafting request's catch-up its plan is charged
+        now: one over the steps it has left, at most
+        ``min(remaining_tokens, CATCH_UP_HORIZON_TOKENS) * (1 - rate)``
+        (module docstring). Unknown remaining tokens: all of it now."""
         if remaining_tokens is None:
             return 1.0
-        steps = min(remaining_tokens, CATCH_UP_HORIZON_TOKENS) * (1.0 - rate) * drafting_share
+        steps = min(remaining_tokens, CATCH_UP_HORIZON_TOKENS) * (1.0 - rate)
         return 1.0 / max(1.0, steps)
 
     def _needs_price(self, batch: BatchView, num_reqs: int) -> bool:

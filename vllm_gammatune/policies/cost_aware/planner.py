@@ -40,7 +40,7 @@ the clock (``cycle_check``), its acceptance rates and its catch-up shares.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from vllm_gammatune.policies.base import BatchView
 from vllm_gammatune.policies.cost_aware.acceptance import expected_tokens
@@ -116,11 +116,19 @@ class StepPlanner:
         catch_up = list(batch.catch_up_tokens) or [0] * num_reqs
         catch_up_base_share = 1.0
         if any(catch_up):
-            # a catch-up is paid once and serves every later draft of its
-            # request: the plan weighs each request's share of it
-            shares = [self.catch_up_share(rate, remaining, self.drafting_share)
-                      for rate, remaining in
-                      zip(rates, batch.remaining_tokens or [None] * num_reqs)]
+            # A catch-up only adds cost: where no request drafts without
+            # one, none drafts with it.
+            free = self.best_plan(states, replace(batch, catch_up_tokens=()), rates=rates,
+                                  drafting_scale=drafting_scale)
+            if max(free, default=0) == 0:
+                return free
+            # A catch-up is paid once and serves every later draft of its
+            # request: a request whose drafting pays without its catch-up
+            # keeps drafting after it, and is charged its share; any other
+            # is charged the whole pass (catch_up_pricing).
+            shares = [self.catch_up_share(rate, remaining) if k else 1.0
+                      for rate, remaining, k in
+                      zip(rates, batch.remaining_tokens or [None] * num_reqs, free)]
             catch_up_base_share = max(share for share, missed in zip(shares, catch_up)
                                       if missed)
             catch_up = [missed * share for missed, share in zip(catch_up, shares)]
