@@ -182,6 +182,17 @@ def complete_rounds(rows: list[dict], methods: list[str],
     return done
 
 
+def draft_forwards(engine: str, per_round: list[dict]) -> float | None:
+    """Batched draft forwards: the plugin's counter; vLLM's own drafter
+    (no counter) runs K of them at every step that drafts (None where its K
+    is not in the engine's name)."""
+    counted = sum(s["draft_forward_passes"] for s in per_round)
+    if counted or method_name(engine) != "vllm_draft_model":
+        return counted
+    k = engine_k(engine, 0)
+    return k * sum(s["drafts"] for s in per_round) if k else None
+
+
 def summarize(rows: list[dict], methods: list[str], num_prompts: int) -> list[dict]:
     """Per (batch size, method): tok/s, per-round ratios to the baseline, counts."""
     baseline = methods[0]
@@ -229,7 +240,8 @@ def summarize(rows: list[dict], methods: list[str], num_prompts: int) -> list[di
                 "target_passes_per_token":
                     (tokens - sum(s["accepted"] for s in per_round)) / tokens,
                 "draft_forwards_per_token":
-                    sum(s["draft_forward_passes"] for s in per_round) / tokens,
+                    None if (forwards := draft_forwards(method, per_round)) is None
+                    else forwards / tokens,
                 # 1 + accepted per verification that had drafts (vLLM's
                 # mean acceptance length)
                 "accepted_length":
