@@ -137,8 +137,7 @@ def test_joint_plan_matches_brute_force(seed):
 
 
 def test_prompt_step_drafts_once_decode_steps_after_prompts_draft():
-    # CPU costs: drafting pays at batch 1, not at 16; the costs alone decide
-    p = policy(check_cycles=False)
+    p = policy()  # CPU costs: drafting pays at batch 1, not at 16
     busy = trained_states(p, 16, drafted=4, accepted=3)
     new = trained_states(p, 1, drafted=4, accepted=3)  # a request's prompt chunk
     long_chunk = BatchView(1, 201, has_prefill=True)
@@ -270,7 +269,7 @@ def test_catch_up_cost_makes_a_lagging_request_wait():
 
 
 def test_catch_up_is_spread_over_the_requests_remaining_tokens():
-    p = policy(target=GPU_TARGET, draft=FixedLinearCost(0.004, 0.001), check_cycles=False)
+    p = policy(target=GPU_TARGET, draft=FixedLinearCost(0.004, 0.001))
     states = trained_states(p, 2, drafted=4, accepted=3)  # rate 0.75
     # 256 tokens left at most 4 a step: 64 steps, a 64th of the catch-up now
     assert p.catch_up_share(0.75, 256) == pytest.approx(1 / 64)
@@ -294,8 +293,7 @@ def test_a_catch_up_is_spread_whenever_drafting_pays_without_it():
     skips."""
     # a 50 ms target step; a 300-token catch-up costs 65 ms, ~1 ms per step
     # when spread over the ~64 steps a request with rate 0.75 has left
-    p = policy(target=FixedLinearCost(0.05, 0.0005), draft=FixedLinearCost(0.005, 0.0002),
-               check_cycles=False)
+    p = policy(target=FixedLinearCost(0.05, 0.0005), draft=FixedLinearCost(0.005, 0.0002))
     good = trained_states(p, 3, drafted=4, accepted=3)
     lagging = BatchView(3, 3, catch_up_tokens=(0, 0, 300), remaining_tokens=(256,) * 3)
     assert min(p.best_plan(good, lagging)) > 0  # spread over ~64 drafted steps
@@ -309,26 +307,6 @@ def test_a_catch_up_is_spread_whenever_drafting_pays_without_it():
     plan = p.best_plan(good, short)
     assert min(plan[:2]) > 0 and plan[2] == 0
     assert p.best_plan(bad, lagging) == [0, 0, 0]
-
-
-def test_a_catch_up_waits_for_the_clock_at_a_new_batch_size():
-    """Until drafted cycles are measured at a batch size, the cost fits
-    there are extrapolations: a catch-up is charged whole on their word;
-    once the clock has confirmed drafting there, it is spread."""
-    p = policy(target=FixedLinearCost(0.05, 0.0005), draft=FixedLinearCost(0.005, 0.0002))
-    good = trained_states(p, 3, drafted=4, accepted=3)
-    lagging = BatchView(3, 3, catch_up_tokens=(0, 0, 300), remaining_tokens=(256,) * 3)
-    plan = p.best_plan(good, lagging)
-    assert min(plan[:2]) > 0 and plan[2] == 0  # not informed at batch 3: waits
-    check = p.cycle_check
-    for _ in range(check.min_cycles):  # drafted cycles measured at batch 3
-        check.open(3, 1, predicted_tokens=6.0, predicted_seconds=0.06)
-        check.on_draft_pass(0.005)
-        check.on_accepted(3)
-        check.on_target_step(0.055, 3)
-        check.close()
-    assert check.is_informed(3)
-    assert min(p.best_plan(good, lagging)) > 0
 
 
 def test_drafts_only_on_a_predicted_gain_above_the_margin():

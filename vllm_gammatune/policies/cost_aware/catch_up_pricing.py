@@ -11,11 +11,7 @@ fewest steps: the largest share). A request drafts on later steps if its
 drafting pays at the batch without the catch-up: so a plan first finds the
 requests that would draft were nothing to catch up (none: the step skips,
 since a catch-up only adds cost), spreads those requests' catch-ups, and
-charges every other request its catch-up whole. It spreads them only once
-the clock has measured drafted cycles at this batch size
-(``CycleCheck.is_informed``): at a batch size new to the engine the cost
-fits extrapolate from other sizes, and a catch-up of whole prompts on their
-word alone can cost more than the few drafts it buys. A new request that would
+charges every other request its catch-up whole. A new request that would
 catch up hundreds of prompt tokens where drafting does not pay (concurrency
 4 on the 2-core CPU: the pass takes 1.5-2.4 s against 0.2 s for a step
 without drafting) thus never catches up; where drafting pays (batch 1), it

@@ -124,11 +124,9 @@ class StepPlanner:
                 return free
             # A catch-up is paid once and serves every later draft of its
             # request: a request whose drafting pays without its catch-up
-            # keeps drafting after it, and is charged its share, once the
-            # clock has confirmed drafting at this batch size; any other is
-            # charged the whole pass (catch_up_pricing).
-            informed = self.cycle_check is None or self.cycle_check.is_informed(num_reqs)
-            shares = [self.catch_up_share(rate, remaining) if k and informed else 1.0
+            # keeps drafting after it, and is charged its share; any other
+            # is charged the whole pass (catch_up_pricing).
+            shares = [self.catch_up_share(rate, remaining) if k else 1.0
                       for rate, remaining, k in
                       zip(rates, batch.remaining_tokens or [None] * num_reqs, free)]
             catch_up_base_share = max(share for share, missed in zip(shares, catch_up)
