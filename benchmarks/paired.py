@@ -224,6 +224,7 @@ def summarize(rows: list[dict], methods: list[str], num_prompts: int) -> list[di
             planned = sum(s["planned_draft_tokens"] for s in per_round)
             same = total = 0
             by_order: dict[bool, list[float]] = {True: [], False: []}
+            batch_ratios: list[float] = []
             for r in rounds:
                 for b in range(num_batches(num_prompts, size)):
                     mine, theirs = by_batch[(size, r, b, method)], by_batch[(size, r, b, baseline)]
@@ -231,8 +232,9 @@ def summarize(rows: list[dict], methods: list[str], num_prompts: int) -> list[di
                         total += len(mine["token_ids"])
                         same += sum(x == y for x, y in zip(mine["token_ids"], theirs["token_ids"]))
                     if method != baseline and "position" in mine:
-                        by_order[mine["position"] < theirs["position"]].append(
-                            theirs["wall_seconds"] / mine["wall_seconds"])
+                        ratio = theirs["wall_seconds"] / mine["wall_seconds"]
+                        by_order[mine["position"] < theirs["position"]].append(ratio)
+                        batch_ratios.append(ratio)
             summary.append({
                 "batch_size": size, "method": method, "rounds": len(rounds),
                 "tokens_per_second": rate, "ratios": ratios,
@@ -264,6 +266,8 @@ def summarize(rows: list[dict], methods: list[str], num_prompts: int) -> list[di
                 "ratio_when_first": statistics.mean(by_order[True]) if by_order[True] else None,
                 "ratio_when_second":
                     statistics.mean(by_order[False]) if by_order[False] else None,
+                # every batch's speed ratio to the baseline's, run back to back
+                "batch_ratios": batch_ratios,
             })
     return summary
 
@@ -334,11 +338,13 @@ def pool(runs: list[tuple[str, str, list[dict]]]) -> list[dict]:
                          f"({', '.join(sorted(baselines))}); pool runs of one baseline")
     (baseline,) = baselines
     grouped: dict[tuple[int, str], list[tuple[str, list[float]]]] = defaultdict(list)
+    batches: dict[tuple[int, str], list[float]] = defaultdict(list)
     for name, _, summary in runs:
         for row in summary:
             if row["method"] != baseline and row["ratios"]:
-                grouped[(row["batch_size"], method_name(row["method"]))].append(
-                    (name, row["ratios"]))
+                key = (row["batch_size"], method_name(row["method"]))
+                grouped[key].append((name, row["ratios"]))
+                batches[key] += row.get("batch_ratios", [])
     pooled = []
     for (size, method), per_run in sorted(grouped.items()):
         ratios = [r for _, rs in per_run for r in rs]
@@ -348,7 +354,13 @@ def pool(runs: list[tuple[str, str, list[dict]]]) -> list[dict]:
             "runs": [(name, len(rs), statistics.mean(rs)) for name, rs in per_run],
             "rounds": len(ratios), "ratio": ratio_interval(ratios),
             "rounds_after_first": len(later),
-            "ratio_after_first": ratio_interval(later) if later else None})
+            "ratio_after_first": ratio_interval(later) if later else None,
+            # each batch run back to back on both engines as one observation:
+            # more of them than rounds, but batches of one run share its
+            # engines' start order, so pool runs of both orders
+            "batches": len(batches[(size, method)]),
+            "batch_ratio": (ratio_interval(batches[(size, method)])
+                            if len(batches[(size, method)]) > 1 else None)})
     return pooled
 
 
@@ -357,15 +369,18 @@ def pool_report(pooled: list[dict]) -> str:
     lines = [f"# Paired runs pooled, against `{baseline}`", "",
              "Every round of every run is one paired observation (method tok/s over "
              "the baseline's in the same round); mean and 95% t-interval over all "
-             "of them, and without each run's first round.", "",
+             "of them, and without each run's first round; and every batch of prompts "
+             "(run back to back on both engines) as one observation.", "",
              "| batch (served: concurrency) | method | runs (rounds, mean ratio) | rounds | pooled ratio "
-             "[95% t-interval] | rounds after the first | pooled without first rounds |",
-             "|---|---|---|---|---|---|---|"]
+             "[95% t-interval] | rounds after the first | pooled without first rounds | "
+             "batches | per batch [95% t-interval] |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for row in pooled:
         runs = "; ".join(f"{name} ({n}, {mean:.3f})" for name, n, mean in row["runs"])
         lines.append(f"| {row['batch_size']} | {row['method']} | {runs} | {row['rounds']} | "
                      f"{format_interval(row['ratio'])} | {row['rounds_after_first']} | "
-                     f"{format_interval(row['ratio_after_first'])} |")
+                     f"{format_interval(row['ratio_after_first'])} | "
+                     f"{row.get('batches', 0)} | {format_interval(row.get('batch_ratio'))} |")
     return "\n".join(lines + [""])
 
 

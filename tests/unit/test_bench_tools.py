@@ -476,7 +476,8 @@ def test_served_interleaved_rows_summarised_per_round(tmp_path):
 def test_paired_pool_joins_rounds_of_both_start_orders_and_drops_first_rounds():
     def summary(*ratios):
         return [{"batch_size": 4, "method": "no_spec", "ratios": [1.0] * len(ratios)},
-                {"batch_size": 4, "method": "cost", "ratios": list(ratios)}]
+                {"batch_size": 4, "method": "cost", "ratios": list(ratios),
+                 "batch_ratios": [r + d for r in ratios for d in (-0.05, 0.05)]}]
 
     pooled = paired.pool([("fwd", "no_spec", summary(0.8, 1.0, 1.1)),
                           ("rev", "no_spec", summary(0.9, 1.1, 0.9))])
@@ -488,6 +489,9 @@ def test_paired_pool_joins_rounds_of_both_start_orders_and_drops_first_rounds():
     assert row["rounds_after_first"] == 4
     assert row["ratio_after_first"][0] == pytest.approx(1.025)
     assert [(name, n) for name, n, _ in row["runs"]] == [("fwd", 3), ("rev", 3)]
+    # two batches per round, each one observation: 12, the same mean
+    assert row["batches"] == 12 and row["batch_ratio"][0] == pytest.approx(mean)
+    assert row["batch_ratio"][2] - row["batch_ratio"][1] < high - low
     text = paired.pool_report(pooled)
     assert "| 4 | cost | fwd (3, 0.967); rev (3, 0.967) | 6 | 0.967 [" in text
     with pytest.raises(ValueError, match="different baselines \\(gammatune, no_spec\\)"):
