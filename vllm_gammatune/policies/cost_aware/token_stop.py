@@ -61,6 +61,19 @@ class TokenPrices:
     per_pass: float
 
 
+def judge_token(model: TokenAcceptanceModel, feature: float, position: int,
+                survival: float, request_bias: float,
+                threshold: float) -> tuple[int | None, float]:
+    """Steps 1 and 2 of the module docstring for one request's token at
+    ``position``, whose ``survival`` includes it: (the length its draft ends
+    at, or None to go on; the next token's expected gain ``g``).
+    ``threshold`` is ``R * c_token``."""
+    if survival < threshold:
+        return position - 1, 0.0
+    gain = survival * model.predict(feature, position + 1, request_bias) - threshold
+    return (position if gain <= 0.0 else None), gain
+
+
 def rule_draft(features: Sequence[float], model: TokenAcceptanceModel,
                prices: TokenPrices, cap: int, request_bias: float = 0.0) -> tuple[int, int]:
     """(length kept, draft passes run) of the rule for one request drafting
@@ -73,12 +86,10 @@ def rule_draft(features: Sequence[float], model: TokenAcceptanceModel,
     for index, feature in enumerate(features[:cap]):
         position = index + 1
         survival *= model.predict(feature, position, request_bias)
-        if survival < threshold:
-            return position - 1, position
-        if position == cap:
-            return position, position
-        gain = survival * model.predict(feature, position + 1, request_bias) - threshold
-        if gain <= prices.rate * prices.per_pass:
+        end, gain = judge_token(model, feature, position, survival, request_bias, threshold)
+        if end is not None:
+            return end, position
+        if position == cap or gain <= prices.rate * prices.per_pass:
             return position, position
     drafted = min(cap, len(features))
     return drafted, drafted
@@ -99,18 +110,19 @@ class TokenStop:
 
     def _begin_draft(self, states: list[CostAwareState], ruled: list[bool],
                      prices: TokenPrices | None) -> None:
-        """A plan was made: each request's draft starts afresh."""
-        self._token_prices = prices if self.token_stop else None
+        """A plan was made: each request's draft starts afresh (``prices``:
+        None where the rule does not act this step)."""
+        self._token_prices = prices
         for state, governed in zip(states, ruled):
-            state.ruled = governed and self._token_prices is not None
+            state.ruled = governed and prices is not None
             state.survival = 1.0
             state.features = []
             state.predicted = []
 
     # -- the proposer's hooks ---------------------------------------------------
-    @property
-    def decides_per_token(self) -> bool:
-        return True
+    #: the token probabilities are read after every pass, the rule on or off:
+    #: they calibrate the acceptance model and feed traces
+    decides_per_token = True
 
     def draft_on(self, states: list[CostAwareState], position: int,
                  token_probs: Sequence[float], active: Sequence[bool]) -> list[int | None]:
@@ -133,15 +145,12 @@ class TokenStop:
             if not state.ruled:
                 continue
             state.survival *= alpha
-            if state.survival < threshold:
-                decisions[i] = position - 1
-                continue
-            gain = (state.survival * model.predict(feature, position + 1, state.bias)
-                    - threshold)
-            if gain <= 0.0:
-                decisions[i] = position
-            else:
+            end, gain = judge_token(model, feature, position, state.survival, state.bias,
+                                    threshold)
+            if end is None:
                 going_on.append((i, gain))
+            else:
+                decisions[i] = end
         if going_on and sum(g for _, g in going_on) <= prices.rate * prices.per_pass:
             for i, _ in going_on:
                 decisions[i] = position
