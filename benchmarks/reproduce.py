@@ -51,6 +51,7 @@ RUNS = BENCHMARKS / "runs"
 HARNESS = {
     "run_bench": ("run_bench.py", "--out"),
     "paired": ("paired.py", "--out"),
+    "oracle": ("oracle.py", "--out"),
     "idle_overhead": ("idle_overhead.py", "--out"),
     "serve_bench": ("serve_bench.py", "--out"),
     "report": ("report.py", "positional"),

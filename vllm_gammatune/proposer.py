@@ -373,8 +373,10 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
         # the plugin's own time: the token probabilities and every decision
         started = time.perf_counter()
         if step.needs_token_probs:
-            # [batch]
-            token_probs = proposed_token_probs(logits, token_ids, sampling_metadata)
+            # [batch]; read from the distribution where one was built
+            token_probs = (proposed_token_probs(logits, token_ids, sampling_metadata)
+                           if distribution is None else
+                           distribution.gather(-1, token_ids.long().unsqueeze(-1)).squeeze(-1))
         every_request_stopped = step.record(token_ids, probs, distribution, token_probs)
         self.policy_seconds += time.perf_counter() - started
         if every_request_stopped:

@@ -3,6 +3,7 @@ engine, with tracing on (the trace writer's step counters included)."""
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -62,3 +63,13 @@ def test_tables_empty_after_many_requests_with_tracing(tiny, tmp_path, monkeypat
     for name in used:
         assert 0 < peak[name] <= 16, (name, peak)
     assert after == dict.fromkeys(after, 0)
+    # each verified draft token carries the draft's probability of it (AdaSD
+    # reads it from the distribution it builds, the cost-aware rule from the
+    # logits)
+    lines = (tmp_path / "trace.jsonl").read_text().splitlines()
+    verified = [row for row in map(json.loads, lines)
+                if "event" not in row and row["num_draft_tokens"]]
+    assert verified
+    for row in verified:
+        assert len(row["token_probs"]) == row["num_draft_tokens"]
+        assert all(0.0 < q <= 1.0 for q in row["token_probs"])

@@ -498,24 +498,25 @@ def test_paired_pool_joins_rounds_of_both_start_orders_and_drops_first_rounds():
         paired.pool([("a", "no_spec", summary(1.0)), ("b", "gammatune", summary(1.0))])
 
 
-def test_paired_pool_reads_served_runs_of_both_start_orders(tmp_path):
-    import json
+def run_folder(directory, methods, baseline, rows, file_name):
+    """A run's folder as the harness leaves it: its arguments and its rows."""
+    directory.mkdir()
+    (directory / "context.json").write_text(json.dumps(
+        {"args": {"methods": methods, "baseline": baseline}}))
+    (directory / file_name).write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return directory
 
+
+def test_paired_pool_reads_served_runs_of_both_start_orders(tmp_path):
     def served_run(name, methods, baseline, durations):
         """durations: per round, (no_spec seconds, cost seconds) at concurrency 4."""
-        directory = tmp_path / name
-        directory.mkdir()
-        (directory / "context.json").write_text(json.dumps(
-            {"args": {"methods": methods, "baseline": baseline}}))
-        rows = []
-        for round_index, (base, cost) in enumerate(durations):
-            for position, (method, seconds) in enumerate([("no_spec", base), ("cost", cost)]):
-                rows.append({"method": method, "round": round_index, "position": position,
-                             "concurrency": 4, "duration": seconds,
-                             "total_output_tokens": 1000, "metrics_delta": {}})
-        (directory / "serve_cells.jsonl").write_text(
-            "\n".join(json.dumps(r) for r in rows) + "\n")
-        return directory
+        rows = [{"method": method, "round": round_index, "position": position,
+                 "concurrency": 4, "duration": seconds,
+                 "total_output_tokens": 1000, "metrics_delta": {}}
+                for round_index, (base, cost) in enumerate(durations)
+                for position, (method, seconds) in enumerate([("no_spec", base),
+                                                              ("cost", cost)])]
+        return run_folder(tmp_path / name, methods, baseline, rows, "serve_cells.jsonl")
 
     a = served_run("a", "no_spec,cost", None, [(50, 40), (50, 50)])
     b = served_run("b", "cost,no_spec", "no_spec", [(45, 50)])
@@ -596,3 +597,46 @@ def test_fresh_servers_keeps_one_server_alive_and_resumes(tmp_path, monkeypatch)
     serve_bench.run_fresh_servers(run_args, ["no_spec", "cost"], lambda m, k: None, [4, 16],
                                   [0.0], FakeCell(), tmp_path)
     assert events == []
+
+
+def test_oracle_picks_the_best_static_choice_overall_and_per_prompt(tmp_path):
+    import oracle
+
+    def chained_run(name, engines, baseline, seconds_per_prompt):
+        """seconds_per_prompt: per prompt, (method seconds, choice seconds) at batch 1."""
+        choice = baseline or engines.split(",")[0]
+        rows = [{"batch_size": 1, "round": 0, "batch": b, "method": method,
+                 "wall_seconds": seconds, "output_tokens": 100}
+                for b, pair in enumerate(seconds_per_prompt)
+                for method, seconds in zip(("cost", choice), pair)]
+        return run_folder(tmp_path / name, engines, baseline, rows, "paired.jsonl")
+
+    # against K=2 (two start orders): 1.1 and 0.9 on prompt 0 (geometric mean
+    # 0.995), 1.2 on prompt 1; against K=4: 1.3 on prompt 0, 0.8 on prompt 1
+    k2 = chained_run("k2", "vllm@2,cost", None, [(10, 11), (10, 12)])
+    k2_rev = chained_run("k2_rev", "cost,vllm@2", "vllm@2", [(10, 9), (10, 12)])
+    k4 = chained_run("k4", "cost,vllm@4", "vllm@4", [(10, 13), (10, 8)])
+    method, ratios = oracle.read_chain([k2, k2_rev, k4])
+    assert method == "cost"
+    assert ratios["vllm@2"][(1, 0)] == pytest.approx(math.sqrt(1.1 * 0.9))
+    (row,) = oracle.oracle(ratios)
+    # overall, K=4 (mean 1.05) is a harder yardstick than K=2 (mean 1.097)
+    assert row["best_static"] == "vllm@4"
+    assert row["against"]["vllm@4"][0] == pytest.approx(1.05)
+    # per prompt the oracle takes K=2 on prompt 0 and K=4 on prompt 1
+    assert [b["pick"] for b in row["per_batch"]] == ["vllm@2", "vllm@4"]
+    assert row["oracle"][0] == pytest.approx((math.sqrt(0.99) + 0.8) / 2)
+    assert row["oracle_picks"] == {"vllm@2": 1, "vllm@4": 1}
+    text = oracle.oracle_report(method, [row])
+    assert "| 1 | 2 | vllm@2 1.097 [" in text and "| vllm@4 | 1.050 [" in text
+    # runs of different methods, or of more than two engines, are refused
+    other = chained_run("other", "no_spec,gammatune", None, [(10, 10)])
+    with pytest.raises(ValueError, match="different methods \\(cost, gammatune\\)"):
+        oracle.read_chain([k2, other])
+    three = chained_run("three", "no_spec,cost,vllm@2", None, [(10, 10)])
+    with pytest.raises(ValueError, match="one method with one static choice"):
+        oracle.read_chain([three])
+    with pytest.raises(ValueError, match="--runs: .*nope is not a paired.py run"):
+        oracle.read_chain([tmp_path / "nope"])
+    # a relative run name not found as given is looked up beside --out
+    assert oracle.run_folder("k4", tmp_path / "oracle") == k4
