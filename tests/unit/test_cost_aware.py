@@ -621,6 +621,22 @@ def test_cycle_wall_time_counts_what_no_pass_timer_sees():
     assert check.close() is None
 
 
+def test_a_revised_prediction_is_what_the_cycle_is_checked_against():
+    """The plan counted 2 passes and 3 tokens; the per-token stop ran 1
+    pass, and the tokens it kept were expected to yield 2."""
+    check = CycleCheck(min_cycles=1)
+    check.open(1, 2, predicted_tokens=3.0, predicted_seconds=0.2)
+    check.revise(-1.0, -0.05)
+    check.on_draft_passes_run(1)
+    check.on_draft_pass(0.05)
+    check.on_accepted(1.0)
+    check.on_target_step(0.1, 1)
+    assert check.close().seconds == pytest.approx(0.15)
+    assert check.efficiency(1, drafted=True) == pytest.approx(1.0)
+    check.revise(5.0, 5.0)  # nothing open: nothing to revise
+    assert check.efficiency(1, drafted=True) == pytest.approx(1.0)
+
+
 def test_drafting_scale_compares_drafted_with_skipped_cycles():
     check = CycleCheck(memory=0.9, min_cycles=3, scale_bounds=(0.25, 4.0))
     for i in range(10):

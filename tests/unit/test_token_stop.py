@@ -92,11 +92,14 @@ def test_rule_at_batch_greater_than_one_shares_the_pass():
         2, 1, None]
 
 
-def _simulate_batch1(make_policy, steps: int, seed: int) -> tuple[float, list[int]]:
-    """Tokens per second of a batch-1 engine on the fixed costs above, where
-    the text alternates between easy stretches (draft tokens at q ~ 0.95)
-    and hard ones (q ~ 0.35), and a token is accepted with probability q;
-    returns (tokens per second, drafted lengths)."""
+def _simulate_batch1(make_policy, steps: int, seed: int,
+                     scales: list[float] | None = None) -> tuple[float, list[int]]:
+    """Tokens per second of a batch-1 engine on the fixed costs above, which
+    its clock charges exactly (every pass, step and cycle reported as the
+    proposer does), where the text alternates between easy stretches (draft
+    tokens at q ~ 0.95) and hard ones (q ~ 0.35), and a token is accepted
+    with probability q; returns (tokens per second, drafted lengths), and
+    appends each step's drafting scale to ``scales``."""
     rng = random.Random(seed)
     p = make_policy()
     state = p.new_state()
@@ -114,18 +117,26 @@ def _simulate_batch1(make_policy, steps: int, seed: int) -> tuple[float, list[in
                          token_rule=lambda pos, probs, active: p.draft_on(
                              [state], pos, probs, active))
         for position in range(1, step.num_steps + 1):
+            p.observe_draft_pass(1, d0 + d1)
             if step.record(torch.zeros(1, dtype=torch.long), None, None,
                            torch.tensor([qs[position - 1]])):
                 break
+        if step.num_steps:
+            p.draft_ended(len(step.token_ids))
         k = step.lengths.tolist()[0]
         passes = len(step.token_ids)
         accepted = 0
         while accepted < k and rng.random() < qs[accepted]:
             accepted += 1
+        target = t0 + t1 * (1 + k)
+        p.observe_target_step(1 + k, target)
         if k:
             p.observe(state, k, accepted, BatchView(1))
+        p.observe_cycle_wall_time(target + passes * (d0 + d1))
+        if scales is not None:
+            scales.append(p.cycle_check.drafting_scale(1))
         tokens += accepted + 1
-        seconds += t0 + t1 * (1 + k) + passes * (d0 + d1)
+        seconds += target + passes * (d0 + d1)
         lengths.append(k)
         drafted = k
     return tokens / seconds, lengths
@@ -145,6 +156,25 @@ def test_the_rule_beats_every_fixed_length_where_difficulty_varies():
     assert rule > 1.05 * fixed[best_k], (rule, fixed)
     # it drafts long on easy stretches and briefly on hard ones
     assert max(lengths) == 8 and min(lengths) <= 1
+
+
+def test_the_clock_check_keeps_ruled_drafting_where_the_costs_are_right():
+    """Where the clock charges exactly the model's costs and the draft's
+    probabilities are the acceptance, the check against the clock finds
+    nothing to correct: it keeps its scale near 1 and costs (almost)
+    nothing against the model alone. The rule's choices and the noise of
+    acceptance are not the costs' error (cycle_check)."""
+    checked, alone, scales = [], [], []
+    for seed in range(4):
+        checked.append(_simulate_batch1(
+            lambda: CostAwarePolicy(8, target_cost=CPU_TARGET, draft_cost=CPU_DRAFT),
+            1500, seed=seed, scales=scales)[0])
+        alone.append(_simulate_batch1(
+            lambda: CostAwarePolicy(8, target_cost=CPU_TARGET, draft_cost=CPU_DRAFT,
+                                    check_cycles=False), 1500, seed=seed)[0])
+    assert sum(checked) > 0.97 * sum(alone), (checked, alone)
+    assert min(checked) > 0.9 * min(alone), (checked, alone)
+    assert 0.95 < sum(scales) / len(scales) < 1.05
 
 
 def test_without_the_rule_the_plan_lengths_stand():

@@ -128,6 +128,7 @@ class CostAwarePolicy(StepPlanner, Probing, CatchUpPricing, DecisionRecord, Toke
         """The per-token stop may end a step before its planned passes."""
         if self.cycle_check is not None:
             self.cycle_check.on_draft_passes_run(num_draft_passes)
+        self._revise_passes(num_draft_passes)
 
     def observe_cycle_wall_time(self, seconds: float) -> None:
         """The wall time since the last plan (called just before the next)."""
@@ -150,9 +151,16 @@ class CostAwarePolicy(StepPlanner, Probing, CatchUpPricing, DecisionRecord, Toke
     ) -> CostAwareState:
         self._check_observation(num_draft_tokens, num_accepted_tokens)
         self.acceptance.observe(state, num_draft_tokens, num_accepted_tokens)
+        # the rule's estimate, made before its labels train the model
+        expected = self._revise_tokens(state, num_draft_tokens)
         self._learn_tokens(state, num_draft_tokens, num_accepted_tokens)
         if self.cycle_check is not None:
-            self.cycle_check.on_accepted(num_accepted_tokens)
+            # a ruled draft counts the tokens the rule expected of it: the
+            # token model is calibrated against acceptance on its own, and
+            # the clock's check of the costs is spared the noise of
+            # acceptance (cycle_check)
+            self.cycle_check.on_accepted(num_accepted_tokens if expected is None
+                                         else expected)
         return state
 
     # -- planning -----------------------------------------------------------
@@ -214,4 +222,9 @@ class CostAwarePolicy(StepPlanner, Probing, CatchUpPricing, DecisionRecord, Toke
         self._begin_draft(states, ruled, prices)
         if prices is None:
             return probed
+        self._planned_passes = max(probed)
+        for state, governed, rate, k in zip(states, ruled, rates, probed):
+            if governed:
+                state.planned_length = k
+                state.planned_tokens = self.expected_tokens(rate, k)
         return [self.max_num_draft_tokens if r else k for r, k in zip(ruled, probed)]

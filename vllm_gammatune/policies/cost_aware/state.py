@@ -29,3 +29,7 @@ class CostAwareState:
     features: list[float] = field(default_factory=list)
     #: the estimated acceptance of each of them, as predicted when drafted
     predicted: list[float] = field(default_factory=list)
+    #: the step plan's length for this request and the tokens it expected
+    #: of it, while the rule governs its draft
+    planned_length: int = 0
+    planned_tokens: float = 0.0

@@ -107,6 +107,8 @@ class TokenStop:
         self.token_acceptance = TokenAcceptanceModel()
         #: prices of the step being drafted, None where the rule is off
         self._token_prices: TokenPrices | None = None
+        #: the draft passes the step's plan counted on
+        self._planned_passes = 0
 
     def _begin_draft(self, states: list[CostAwareState], ruled: list[bool],
                      prices: TokenPrices | None) -> None:
@@ -118,6 +120,32 @@ class TokenStop:
             state.survival = 1.0
             state.features = []
             state.predicted = []
+
+    # -- the cycle check sees what ran ------------------------------------------
+    def _revise_passes(self, num_draft_passes: int) -> None:
+        """The step's draft ended after ``num_draft_passes`` passes: the
+        cycle's prediction counts those instead of the plan's."""
+        if self._token_prices is not None and self.cycle_check is not None:
+            extra = num_draft_passes - self._planned_passes
+            self.cycle_check.revise(0.0, extra * self._token_prices.per_pass)
+
+    def _revise_tokens(self, state: CostAwareState, num_draft_tokens: int) -> float | None:
+        """A ruled request's draft of ``num_draft_tokens`` was verified: the
+        cycle's prediction counts its tokens as the rule estimated them
+        (1 + the survivals of the tokens kept) and their verification,
+        instead of the plan's length and geometric expectation. Returns the
+        tokens of the draft the rule expected to be accepted (None: not a
+        ruled draft)."""
+        if not state.ruled or self._token_prices is None or self.cycle_check is None:
+            return None
+        expected, survival = 0.0, 1.0
+        for alpha in state.predicted[:num_draft_tokens]:
+            survival *= alpha
+            expected += survival
+        self.cycle_check.revise(
+            1.0 + expected - state.planned_tokens,
+            (num_draft_tokens - state.planned_length) * self._token_prices.per_token)
+        return expected
 
     # -- the proposer's hooks ---------------------------------------------------
     #: the token probabilities are read after every pass, the rule on or off:
