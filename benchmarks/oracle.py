@@ -23,8 +23,13 @@ e.g. its two engine start orders). Then
   its 95% t-interval, and how often each choice is the oracle's pick.
 
 The per-prompt minimum is taken over noisy ratios, so it favours the oracle:
-a ratio at or above 1 against it is a conservative reading. Choices measured
-in different runs meet only through the method's engine, which differs from
+a ratio at or above 1 against it is a conservative reading. How much it
+favours it is measured where a choice ran more than once (e.g. both start
+orders): the spread of its per-batch log ratios between runs gives one
+run's noise ``sigma``, and the **noise floor** is the oracle's expected
+ratio if every choice were exactly as fast as the method on every batch,
+``E[exp(min_c N(0, sigma^2 / runs_c))]`` (simulated). Choices measured in
+different runs meet only through the method's engine, which differs from
 run to run as any engine instance does (``paired.py``: A/A runs).
 """
 
@@ -33,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import random
 import statistics
 import sys
 from collections import defaultdict
@@ -41,7 +47,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from paired import baseline_first  # noqa: E402
-from report import format_interval, ratio_interval, read_jsonl  # noqa: E402
+from report import fmt, format_interval, ratio_interval, read_jsonl  # noqa: E402
 
 
 def batch_ratios(rows: list[dict], method: str, baseline: str) -> dict[tuple[int, int], float]:
@@ -59,9 +65,8 @@ def batch_ratios(rows: list[dict], method: str, baseline: str) -> dict[tuple[int
     return {key: statistics.mean(ratios) for key, ratios in per_batch.items()}
 
 
-def read_chain(directories: list[Path]) -> tuple[str, dict[str, dict[tuple[int, int], float]]]:
-    """(the method, static choice -> ``batch_ratios``) of the runs; runs of
-    one choice are joined by the geometric mean per batch."""
+def read_chain(directories: list[Path]) -> tuple[str, dict[str, list[dict]]]:
+    """(the method, static choice -> the ``batch_ratios`` of each of its runs)."""
     methods, by_choice = set(), defaultdict(list)
     for directory in directories:
         if not ((directory / "context.json").exists() and (directory / "paired.jsonl").exists()):
@@ -79,17 +84,54 @@ def read_chain(directories: list[Path]) -> tuple[str, dict[str, dict[tuple[int, 
     if len(methods) != 1:
         raise ValueError(f"the runs compare different methods ({', '.join(sorted(methods))}); "
                          "chain runs of one method against the static choices")
-    joined = {}
+    return methods.pop(), dict(by_choice)
+
+
+def joined(by_choice: dict[str, list[dict]]) -> dict[str, dict[tuple[int, int], float]]:
+    """Per choice, its runs' ratios joined by the geometric mean per batch."""
+    result = {}
     for choice, runs in by_choice.items():
         common = set.intersection(*(set(run) for run in runs))
-        joined[choice] = {key: math.exp(statistics.mean(math.log(run[key]) for run in runs))
+        result[choice] = {key: math.exp(statistics.mean(math.log(run[key]) for run in runs))
                           for key in common}
-    return methods.pop(), joined
+    return result
 
 
-def oracle(ratios: dict[str, dict[tuple[int, int], float]]) -> list[dict]:
+def run_noise(by_choice: dict[str, list[dict]]) -> float | None:
+    """One run's noise in a batch's log ratio: the pooled standard deviation
+    between runs of the choices that ran more than once (None: none did)."""
+    squares, dof = 0.0, 0
+    for runs in by_choice.values():
+        if len(runs) < 2:
+            continue
+        for key in set.intersection(*(set(run) for run in runs)):
+            logs = [math.log(run[key]) for run in runs]
+            mean = statistics.mean(logs)
+            squares += sum((x - mean) ** 2 for x in logs)
+            dof += len(logs) - 1
+    return math.sqrt(squares / dof) if dof else None
+
+
+def noise_floor(sigma: float, runs_per_choice: list[int], draws: int = 20000,
+                seed: int = 0) -> float:
+    """The oracle's expected ratio from noise alone: every choice exactly as
+    fast as the method, each measured with one run's noise ``sigma`` over
+    its number of runs (module docstring)."""
+    rng = random.Random(seed)
+    total = 0.0
+    for _ in range(draws):
+        total += math.exp(min(rng.gauss(0.0, sigma / math.sqrt(n)) for n in runs_per_choice))
+    return total / draws
+
+
+def oracle(by_choice: dict[str, list[dict]]) -> list[dict]:
     """Per batch size: the method against each static choice, the best one
-    in hindsight and the per-batch oracle (module docstring)."""
+    in hindsight, the per-batch oracle and its noise floor (module
+    docstring)."""
+    ratios = joined(by_choice)
+    sigma = run_noise(by_choice)
+    floor = (None if sigma is None
+             else noise_floor(sigma, [len(by_choice[choice]) for choice in ratios]))
     sizes = sorted({size for per_batch in ratios.values() for size, _ in per_batch})
     summary = []
     for size in sizes:
@@ -108,6 +150,7 @@ def oracle(ratios: dict[str, dict[tuple[int, int], float]]) -> list[dict]:
             "against": {choice: ratio_interval(values) for choice, values in against.items()},
             "best_static": best,
             "oracle": ratio_interval(per_prompt),
+            "run_noise": sigma, "noise_floor": floor,
             "oracle_picks": {choice: picks.count(choice) for choice in against},
             "per_batch": [{"batch": b, "pick": pick, "ratio": ratio}
                           for b, pick, ratio in zip(batches, picks, per_prompt)]})
@@ -120,10 +163,13 @@ def oracle_report(method: str, summary: list[dict]) -> str:
              f"`{method}`. Ratio: `{method}` tok/s over the choice's, per batch of prompts "
              "run back to back; mean and 95% t-interval over batches. Oracle: per batch, "
              "the choice that was fastest on it (in hindsight); the minimum over noisy "
-             "ratios favours the oracle.", "",
+             "ratios favours the oracle: the noise floor is what it would read if every "
+             "choice were exactly as fast as the method (one run's noise from the choices "
+             "that ran more than once).", "",
              "| batch | batches | against each static choice | best static choice | "
-             "against it | per-prompt oracle | oracle's picks |",
-             "|---|---|---|---|---|---|---|"]
+             "against it | per-prompt oracle | oracle's picks | one run's noise | "
+             "noise floor |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for row in summary:
         against = "; ".join(f"{choice} {format_interval(interval)}"
                             for choice, interval in sorted(row["against"].items()))
@@ -132,7 +178,8 @@ def oracle_report(method: str, summary: list[dict]) -> str:
         lines.append(f"| {row['batch_size']} | {row['batches']} | {against} | "
                      f"{row['best_static']} | "
                      f"{format_interval(row['against'][row['best_static']])} | "
-                     f"{format_interval(row['oracle'])} | {picks} |")
+                     f"{format_interval(row['oracle'])} | {picks} | "
+                     f"{fmt(row['run_noise'], 3)} | {fmt(row['noise_floor'], 3)} |")
     return "\n".join(lines + [""])
 
 
@@ -151,10 +198,10 @@ def main() -> None:
     args = parser.parse_args()
     out = Path(args.out)
     try:
-        method, ratios = read_chain([run_folder(name, out) for name in args.runs.split(",")])
+        method, by_choice = read_chain([run_folder(name, out) for name in args.runs.split(",")])
     except ValueError as error:
         sys.exit(str(error))
-    summary = oracle(ratios)
+    summary = oracle(by_choice)
     out.mkdir(parents=True, exist_ok=True)
     (out / "oracle.md").write_text(oracle_report(method, summary))
     (out / "oracle.json").write_text(json.dumps({"method": method, "summary": summary},

@@ -616,10 +616,11 @@ def test_oracle_picks_the_best_static_choice_overall_and_per_prompt(tmp_path):
     k2 = chained_run("k2", "vllm@2,cost", None, [(10, 11), (10, 12)])
     k2_rev = chained_run("k2_rev", "cost,vllm@2", "vllm@2", [(10, 9), (10, 12)])
     k4 = chained_run("k4", "cost,vllm@4", "vllm@4", [(10, 13), (10, 8)])
-    method, ratios = oracle.read_chain([k2, k2_rev, k4])
+    method, by_choice = oracle.read_chain([k2, k2_rev, k4])
     assert method == "cost"
-    assert ratios["vllm@2"][(1, 0)] == pytest.approx(math.sqrt(1.1 * 0.9))
-    (row,) = oracle.oracle(ratios)
+    assert [len(runs) for runs in by_choice.values()] == [2, 1]
+    assert oracle.joined(by_choice)["vllm@2"][(1, 0)] == pytest.approx(math.sqrt(1.1 * 0.9))
+    (row,) = oracle.oracle(by_choice)
     # overall, K=4 (mean 1.05) is a harder yardstick than K=2 (mean 1.097)
     assert row["best_static"] == "vllm@4"
     assert row["against"]["vllm@4"][0] == pytest.approx(1.05)
@@ -627,8 +628,20 @@ def test_oracle_picks_the_best_static_choice_overall_and_per_prompt(tmp_path):
     assert [b["pick"] for b in row["per_batch"]] == ["vllm@2", "vllm@4"]
     assert row["oracle"][0] == pytest.approx((math.sqrt(0.99) + 0.8) / 2)
     assert row["oracle_picks"] == {"vllm@2": 1, "vllm@4": 1}
+    # K=2's two runs differ on prompt 0 only (log 1.1 - log 0.9), one degree
+    # of freedom per prompt: one run's noise is |log(1.1/0.9)| / 2
+    sigma = abs(math.log(1.1 / 0.9)) / 2
+    assert row["run_noise"] == pytest.approx(sigma)
+    # the noise floor: below 1, the more so the noisier the runs
+    assert row["noise_floor"] < 1.0
+    assert oracle.noise_floor(2 * sigma, [2, 1]) < row["noise_floor"]
+    assert oracle.noise_floor(1e-9, [2, 1]) == pytest.approx(1.0)
     text = oracle.oracle_report(method, [row])
     assert "| 1 | 2 | vllm@2 1.097 [" in text and "| vllm@4 | 1.050 [" in text
+    assert f"| {sigma:.3f} | {row['noise_floor']:.3f} |" in text
+    # no choice ran twice: no noise to tell
+    (alone,) = oracle.oracle(oracle.read_chain([k2, k4])[1])
+    assert alone["run_noise"] is None and alone["noise_floor"] is None
     # runs of different methods, or of more than two engines, are refused
     other = chained_run("other", "no_spec,gammatune", None, [(10, 10)])
     with pytest.raises(ValueError, match="different methods \\(cost, gammatune\\)"):
