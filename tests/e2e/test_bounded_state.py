@@ -19,6 +19,10 @@ SPECS = {
                        "probe_interval": 2, "probe_budget": 1.0,
                        "fixed_step_costs": RARELY_PAYS},
     "adasd": {"method": "adasd", "num_speculative_tokens": 6},
+    # its confidence stop builds the draft distribution, which the trace's
+    # token probabilities are read from
+    "gammatune_plus": {"method": "gammatune_plus", "num_speculative_tokens": 6,
+                       "confidence_threshold": 0.5},
 }
 
 
@@ -59,13 +63,18 @@ def test_tables_empty_after_many_requests_with_tracing(tiny, tmp_path, monkeypat
         trace._reset_for_tests()
     # every table of this method was used, and none holds more than a batch
     used = {"gammatune_cost": ("policy states", "draft KV holes", "trace step counters"),
-            "adasd": ("policy states", "kept drafts")}[method]
+            "adasd": ("policy states", "kept drafts"),
+            "gammatune_plus": ("policy states", "trace step counters")}[method]
     for name in used:
         assert 0 < peak[name] <= 16, (name, peak)
     assert after == dict.fromkeys(after, 0)
-    # each verified draft token carries the draft's probability of it (AdaSD
-    # reads it from the distribution it builds, the cost-aware rule from the
-    # logits)
+    if "trace step counters" not in used:
+        return  # AdaSD verifies with its own acceptance and writes no trace
+    # each verified draft token carries the draft's probability of it
+    # (GammaTune+ reads it from the distribution its stop builds, the
+    # cost-aware rule from the logits); GammaTune+ drafts on only while the
+    # draft's top probability reaches its threshold, and in greedy decoding
+    # the drafted token is the top one
     lines = (tmp_path / "trace.jsonl").read_text().splitlines()
     verified = [row for row in map(json.loads, lines)
                 if "event" not in row and row["num_draft_tokens"]]
@@ -73,3 +82,5 @@ def test_tables_empty_after_many_requests_with_tracing(tiny, tmp_path, monkeypat
     for row in verified:
         assert len(row["token_probs"]) == row["num_draft_tokens"]
         assert all(0.0 < q <= 1.0 for q in row["token_probs"])
+        if method == "gammatune_plus":
+            assert all(q >= 0.5 - 1e-3 for q in row["token_probs"][:-1]), row
