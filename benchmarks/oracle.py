@@ -87,14 +87,17 @@ def read_chain(directories: list[Path]) -> tuple[str, dict[str, list[dict]]]:
     return methods.pop(), dict(by_choice)
 
 
+def log_ratios(runs: list[dict]) -> dict[tuple[int, int], list[float]]:
+    """Per batch that every run of a choice measured, each run's log ratio."""
+    common = set.intersection(*(set(run) for run in runs))
+    return {key: [math.log(run[key]) for run in runs] for key in common}
+
+
 def joined(by_choice: dict[str, list[dict]]) -> dict[str, dict[tuple[int, int], float]]:
     """Per choice, its runs' ratios joined by the geometric mean per batch."""
-    result = {}
-    for choice, runs in by_choice.items():
-        common = set.intersection(*(set(run) for run in runs))
-        result[choice] = {key: math.exp(statistics.mean(math.log(run[key]) for run in runs))
-                          for key in common}
-    return result
+    return {choice: {key: math.exp(statistics.mean(logs))
+                     for key, logs in log_ratios(runs).items()}
+            for choice, runs in by_choice.items()}
 
 
 def run_noise(by_choice: dict[str, list[dict]]) -> float | None:
@@ -102,10 +105,7 @@ def run_noise(by_choice: dict[str, list[dict]]) -> float | None:
     between runs of the choices that ran more than once (None: none did)."""
     squares, dof = 0.0, 0
     for runs in by_choice.values():
-        if len(runs) < 2:
-            continue
-        for key in set.intersection(*(set(run) for run in runs)):
-            logs = [math.log(run[key]) for run in runs]
+        for logs in log_ratios(runs).values():
             mean = statistics.mean(logs)
             squares += sum((x - mean) ** 2 for x in logs)
             dof += len(logs) - 1

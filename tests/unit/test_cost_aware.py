@@ -626,8 +626,8 @@ def test_a_revised_prediction_is_what_the_cycle_is_checked_against():
     pass, and the tokens it kept were expected to yield 2."""
     check = CycleCheck(min_cycles=1)
     check.open(1, 2, predicted_tokens=3.0, predicted_seconds=0.2)
-    check.revise(-1.0, -0.05)
-    check.on_draft_passes_run(1)
+    check.revise(-1.0, 0.0)
+    check.on_draft_passes_run(1, seconds_per_pass=0.05)
     check.on_draft_pass(0.05)
     check.on_accepted(1.0)
     check.on_target_step(0.1, 1)

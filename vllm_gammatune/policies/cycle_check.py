@@ -22,8 +22,8 @@ to tune.
 
 The prediction is of what ran. Where the per-token stop
 (``cost_aware.token_stop``) drafts another length than the plan's, the
-policy revises the prediction (``revise``) to the lengths drafted, the
-passes run and the rule's own estimate of the tokens they yield (the
+policy revises the prediction to the passes run (``on_draft_passes_run``),
+the lengths drafted and the rule's own estimate of the tokens they yield (the
 survivals of the tokens kept), and counts that estimate as the draft's
 accepted tokens too: the rule's token model is calibrated against
 verification on its own (``token_acceptance``), and what is left to check
@@ -151,10 +151,15 @@ class CycleCheck:
             self._open.seconds += seconds
             self._open.draft_passes_timed += 1
 
-    def on_draft_passes_run(self, num_draft_passes: int) -> None:
-        """The open cycle's draft ended after ``num_draft_passes`` passes
-        (a per-token stop may end it before the plan's last pass)."""
+    def on_draft_passes_run(self, num_draft_passes: int,
+                            seconds_per_pass: float = 0.0) -> None:
+        """The open cycle's draft ended after ``num_draft_passes`` passes (a
+        per-token stop may end it before or after the plan's last pass); its
+        prediction counts those passes at ``seconds_per_pass`` each instead
+        of the plan's."""
         if self._open is not None and self._open.num_draft_passes > 0:
+            extra = num_draft_passes - self._open.num_draft_passes
+            self._open.predicted_seconds += extra * seconds_per_pass
             self._open.num_draft_passes = num_draft_passes
 
     def on_catch_up_pass(self, seconds: float) -> None:

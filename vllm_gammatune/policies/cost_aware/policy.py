@@ -127,8 +127,9 @@ class CostAwarePolicy(StepPlanner, Probing, CatchUpPricing, DecisionRecord, Toke
     def draft_ended(self, num_draft_passes: int) -> None:
         """The per-token stop may end a step before its planned passes."""
         if self.cycle_check is not None:
-            self.cycle_check.on_draft_passes_run(num_draft_passes)
-        self._revise_passes(num_draft_passes)
+            prices = self._token_prices
+            self.cycle_check.on_draft_passes_run(
+                num_draft_passes, 0.0 if prices is None else prices.per_pass)
 
     def observe_cycle_wall_time(self, seconds: float) -> None:
         """The wall time since the last plan (called just before the next)."""
@@ -222,7 +223,6 @@ class CostAwarePolicy(StepPlanner, Probing, CatchUpPricing, DecisionRecord, Toke
         self._begin_draft(states, ruled, prices)
         if prices is None:
             return probed
-        self._planned_passes = max(probed)
         for state, governed, rate, k in zip(states, ruled, rates, probed):
             if governed:
                 state.planned_length = k

@@ -107,8 +107,6 @@ class TokenStop:
         self.token_acceptance = TokenAcceptanceModel()
         #: prices of the step being drafted, None where the rule is off
         self._token_prices: TokenPrices | None = None
-        #: the draft passes the step's plan counted on
-        self._planned_passes = 0
 
     def _begin_draft(self, states: list[CostAwareState], ruled: list[bool],
                      prices: TokenPrices | None) -> None:
@@ -122,13 +120,6 @@ class TokenStop:
             state.predicted = []
 
     # -- the cycle check sees what ran ------------------------------------------
-    def _revise_passes(self, num_draft_passes: int) -> None:
-        """The step's draft ended after ``num_draft_passes`` passes: the
-        cycle's prediction counts those instead of the plan's."""
-        if self._token_prices is not None and self.cycle_check is not None:
-            extra = num_draft_passes - self._planned_passes
-            self.cycle_check.revise(0.0, extra * self._token_prices.per_pass)
-
     def _revise_tokens(self, state: CostAwareState, num_draft_tokens: int) -> float | None:
         """A ruled request's draft of ``num_draft_tokens`` was verified: the
         cycle's prediction counts its tokens as the rule estimated them
