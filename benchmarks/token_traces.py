@@ -42,6 +42,19 @@ stop would make against fixed draft lengths and an oracle.
    oracle is the best static choice (no speculation or one fixed K) for each
    request in hindsight, on that request's samples.
 
+3. Decode cycles by kept draft length (``gammatune_cost`` traces, from their
+   plan lines): at batch 1, each drafting decode step's cycle as the clock
+   read it (the wall time from its plan to the next, ``previous_cycle_seconds``
+   of the next plan line; no catch-up, no prompt chunk on either side), by
+   the draft length verification saw (the next step's scheduled tokens minus
+   one): the median measured seconds against the median price the model of
+   that plan gave such a cycle, ``T0 + T1 * (1 + k) + D0 + D1 * (s + 1) +
+   (max(k, 1) - 1) * (D0 + D1)`` from its ``step_costs`` (``s``: the plan's
+   scheduled tokens), one draft pass per kept token (at least one). A cycle
+   whose rule drafted a token and then dropped it ran one pass more than it
+   kept. Whether each length costs what the model says decides how far the
+   rule should draft.
+
 A request is one ``req_id`` of one file until its ``step`` fails to increase
 (a file may hold several runs whose ``req_id`` values repeat).
 """
@@ -51,6 +64,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,6 +130,48 @@ def read_traces(paths: list[Path]) -> list[Verification]:
                 row["num_accepted_tokens"], row.get("token_probs"),
                 row.get("predicted_acceptance")))
     return verifications
+
+
+@dataclass(frozen=True)
+class Cycle:
+    """One batch-1 drafting decode step as the clock read it (module docstring, 3)."""
+
+    kept: int
+    measured_seconds: float
+    model_seconds: float
+
+
+def read_cycles(paths: list[Path]) -> list[Cycle]:
+    """The measured batch-1 decode cycles of the files' plan lines."""
+    cycles = []
+    for path in paths:
+        plans = [row for row in read_jsonl(path) if row.get("event") == "plan"]
+        for plan, after in zip(plans, plans[1:]):
+            seconds = after.get("previous_cycle_seconds")
+            if (plan["kind"] != "draft" or plan["batch_size"] != 1 or plan["has_prefill"]
+                    or plan["catch_up_tokens"] or after["has_prefill"]
+                    or after["batch_size"] != 1 or seconds is None):
+                continue
+            kept = after["num_scheduled_tokens"] - 1
+            t0, t1, d0, d1 = plan["step_costs"]
+            # a draft that kept no token still ran its first pass
+            model = (t0 + t1 * (1 + kept) + d0 + d1 * (plan["num_scheduled_tokens"] + 1)
+                     + (max(kept, 1) - 1) * (d0 + d1))
+            cycles.append(Cycle(kept, seconds, model))
+    return cycles
+
+
+def cycles_by_length(cycles: list[Cycle]) -> list[dict]:
+    """Per kept length: cycles, median measured and model seconds, their ratio."""
+    rows = []
+    for kept in sorted({c.kept for c in cycles}):
+        mine = [c for c in cycles if c.kept == kept]
+        measured = statistics.median(c.measured_seconds for c in mine)
+        model = statistics.median(c.model_seconds for c in mine)
+        rows.append({"kept": kept, "cycles": len(mine), "measured_seconds": measured,
+                     "model_seconds": model,
+                     "measured_over_model": measured / model if model > 0 else None})
+    return rows
 
 
 def token_labels(num_draft_tokens: int, num_accepted_tokens: int) -> list[int | None]:
@@ -394,12 +450,30 @@ def projection_lines(projections: list[dict], max_k: int) -> list[str]:
     return lines
 
 
+def cycle_lines(rows: list[dict]) -> list[str]:
+    lines = ["## Decode cycles by kept draft length", "",
+             "Batch 1, drafting decode steps without catch-up, by the draft length "
+             "verified: median wall seconds from the step's plan to the next against "
+             "the median price of the model of that plan (one draft pass per kept "
+             "token).", ""]
+    if not rows:
+        return lines + ["No measured batch-1 drafting cycle (plan lines of a "
+                        "gammatune_cost trace).", ""]
+    lines += ["| kept draft tokens | cycles | measured s | model s | measured / model |",
+              "|---|---|---|---|---|"]
+    lines += [f"| {r['kept']} | {r['cycles']} | {fmt(r['measured_seconds'], 3)} | "
+              f"{fmt(r['model_seconds'], 3)} | {fmt(r['measured_over_model'], 2)} |"
+              for r in rows]
+    return lines + [""]
+
+
 def build_markdown(result: dict, paths: list[Path]) -> str:
     lines = ["# Per-token analysis of draft traces", "",
              "Traces: " + ", ".join(f"`{p}`" for p in paths), ""]
     lines += counts_lines(result["counts"], result["max_k"])
     lines += reliability_lines(result["reliability"])
     lines += projection_lines(result["projections"], result["max_k"])
+    lines += cycle_lines(result.get("cycles", []))
     return "\n".join(lines)
 
 
@@ -471,6 +545,7 @@ def main(argv: list[str] | None = None) -> None:
     verifications = read_traces(args.traces)
     result = analyse(verifications, cost_structures(args.cpu_costs, args.cost_ratios),
                      args.max_k)
+    result["cycles"] = cycles_by_length(read_cycles(args.traces))
     args.out.mkdir(parents=True, exist_ok=True)
     markdown = build_markdown(result, args.traces)
     (args.out / "token_traces.md").write_text(markdown + "\n")

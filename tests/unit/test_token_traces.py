@@ -180,6 +180,38 @@ def test_rule_lengths_stay_within_cap_and_follow_acceptance():
         "tokens_per_second"]
 
 
+def plan(kind: str, scheduled: int, previous_cycle: float | None, batch_size: int = 1,
+         has_prefill: bool = False, catch_up: int = 0) -> dict:
+    return {"event": "plan", "kind": kind, "batch_size": batch_size,
+            "num_scheduled_tokens": scheduled, "has_prefill": has_prefill,
+            "catch_up_tokens": catch_up, "previous_cycle_seconds": previous_cycle,
+            "step_costs": [0.1, 0.01, 0.04, 0.001]}
+
+
+def test_cycles_pair_each_drafting_plan_with_the_next_plans_reading(tmp_path):
+    """A drafting plan's cycle is read at the next plan, whose scheduled
+    tokens say how many draft tokens were kept; skips, prompt chunks,
+    catch-ups and other batch sizes are left out."""
+    rows = [plan("draft", 1, None),
+            plan("draft", 4, 0.30),  # kept 3 of the first plan
+            plan("skip", 3, 0.25),  # kept 2 of the second
+            plan("draft", 1, 0.11),  # after a skip: not a drafting cycle
+            plan("draft", 2, None, has_prefill=True),  # the next step is a prompt chunk
+            plan("draft", 1, 0.20, catch_up=5),
+            plan("draft", 9, 0.50, batch_size=2),
+            line("0", 1, 3, 2)]
+    cycles = token_traces.read_cycles([write_trace(tmp_path / "t.jsonl", rows)])
+    assert [(c.kept, c.measured_seconds) for c in cycles] == [(3, 0.30), (2, 0.25)]
+    # T0 + T1 (1 + k) + D0 + D1 (s + 1) + (k - 1) (D0 + D1), s = 1 then 4
+    assert cycles[0].model_seconds == pytest.approx(0.1 + 0.04 + 0.04 + 0.002 + 2 * 0.041)
+    assert cycles[1].model_seconds == pytest.approx(0.1 + 0.03 + 0.04 + 0.005 + 0.041)
+    by_length = token_traces.cycles_by_length(cycles + [token_traces.Cycle(3, 0.40, 0.2)])
+    assert [(r["kept"], r["cycles"]) for r in by_length] == [(2, 1), (3, 2)]
+    assert by_length[1]["measured_seconds"] == pytest.approx(0.35)
+    assert by_length[1]["measured_over_model"] == pytest.approx(
+        0.35 / ((cycles[0].model_seconds + 0.2) / 2))
+
+
 def test_cli_writes_markdown_and_json_and_skips_event_lines(tmp_path):
     rows = [
         {"event": "plan", "req_id": "0", "num_draft_tokens": 99, "lengths": [3]},
