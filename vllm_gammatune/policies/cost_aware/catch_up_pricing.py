@@ -4,15 +4,10 @@ Catch-ups. After steps that skip the draft model, a request that drafts
 again first runs the draft over the positions it missed (its catch-up
 tokens). That pass is paid once and serves every later draft of the request,
 so a plan is charged the share of it that its remaining drafting steps leave
-to this one (``catch_up_share``): spread over ``remaining_tokens`` (capped
-at ``CATCH_UP_HORIZON_TOKENS``) over ``E(cap) = (1 - a^(cap+1)) / (1 - a)``
-steps, since a draft with acceptance rate ``a`` emits at most ``E(cap)``
-tokens a step, drafting the cap (the fewest steps: the largest share). Not
-``1 / (1 - a)``, which ignores the cap: near ``a = 1`` it would charge the
-whole catch-up to one step, and the probe's test of whether a draft that is
-always right could pay (``probing``) then failed wherever a prompt waited
-to be caught up, so a batch-1 request whose first decode steps skipped
-could never probe again. A request drafts on later steps if its
+to this one (``catch_up_share``): spread over at most ``remaining_tokens``
+(capped at ``CATCH_UP_HORIZON_TOKENS``) times ``1 - a`` steps, since a draft
+with acceptance rate ``a`` emits at most ``1 / (1 - a)`` tokens a step (the
+fewest steps: the largest share). A request drafts on later steps if its
 drafting pays at the batch without the catch-up: so a plan first finds the
 requests that would draft were nothing to catch up (none: the step skips,
 since a catch-up only adds cost), spreads those requests' catch-ups, and
@@ -87,7 +82,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 from vllm_gammatune.policies.base import BatchView
-from vllm_gammatune.policies.cost_aware.acceptance import expected_tokens
 from vllm_gammatune.policies.cost_aware.state import CostAwareState
 from vllm_gammatune.policies.cost_model import BatchLocalLinearCost, FixedLinearCost
 
@@ -139,15 +133,15 @@ class CatchUpPricing:
         rate = fit.seconds_per_token()
         return None if rate is None else (0.0, rate)
 
-    def catch_up_share(self, rate: float, remaining_tokens: int | None) -> float:
+    @staticmethod
+    def catch_up_share(rate: float, remaining_tokens: int | None) -> float:
         """The share of a drafting request's catch-up its plan is charged
-        now: one over the fewest steps it has left,
-        ``min(remaining_tokens, CATCH_UP_HORIZON_TOKENS) / E(cap)``
+        now: one over the steps it has left, at most
+        ``min(remaining_tokens, CATCH_UP_HORIZON_TOKENS) * (1 - rate)``
         (module docstring). Unknown remaining tokens: all of it now."""
         if remaining_tokens is None:
             return 1.0
-        steps = (min(remaining_tokens, CATCH_UP_HORIZON_TOKENS)
-                 / expected_tokens(rate, self.max_num_draft_tokens))
+        steps = min(remaining_tokens, CATCH_UP_HORIZON_TOKENS) * (1.0 - rate)
         return 1.0 / max(1.0, steps)
 
     def _needs_price(self, batch: BatchView, num_reqs: int) -> bool:

@@ -34,33 +34,11 @@ drafting never pays (on the 2-core CPU at batch 16 a probe step costs about
 one more target step) every new request restarts probing at the base
 interval, and probing alone costs a few percent of throughput.
 
-The budget counts waste, not the price of finding drafting that pays:
-
-- a probe's catch-up is predicted at the share a plan would be charged
-  (``catch_up_share``), since if the probe finds drafting pays the pass
-  serves the request's later drafts; the clock's reading of the step then
-  charges what it really cost;
-- what a request's probes lost is refunded to the budget when the request
-  drafts for its own sake (``_refund_probes``).
-
-Charged whole and never refunded, a probe that must catch up a prompt
-(a batch-1 request whose first decode steps skipped, e.g. after a hard
-request left the acceptance prior low) never fits the budget: the pass
-costs several steps, the budget 1% of about 200. Such a request could then
-never learn its rate: in a batch-1 simulation of requests with rates from
-0.4 to 0.85, 24 of 25 requests whose drafting paid never drafted
-(``test_requests_where_drafting_pays_find_it_after_hard_ones``), and at
-temperature 0.7 on the CPU whole prompts ran without one draft. Where
-drafting never pays, nothing is refunded and the clock still rations
-probes.
-
 ``Probing`` is a part of ``CostAwarePolicy``: it reads the policy's planner
 (``best_plan``, ``predicted_step``).
 """
 
 from __future__ import annotations
-
-from dataclasses import replace
 
 from vllm_gammatune.policies.base import BatchView
 from vllm_gammatune.policies.cost_aware.acceptance import MAX_RATE
@@ -83,31 +61,19 @@ class Probing:
         self._probe_seconds = 0.0
         self._engine_seconds = 0.0
         #: (predicted lost seconds, predicted seconds per token without the
-        #: probes, the probing requests) of a step the probes made draft,
-        #: until it is measured
-        self._open_probe: tuple[float, float, list[CostAwareState]] | None = None
+        #: probes) of a step the probes made draft, until it is measured
+        self._open_probe: tuple[float, float] | None = None
 
     def _settle_open_probe(self, measured) -> None:
         """The last step probed: what it lost, measured, replaces the
-        prediction charged to the budget when it was planned; each probing
-        request keeps its part, to be refunded if it drafts for its own sake."""
+        prediction charged to the budget when it was planned."""
         if self._open_probe is None:
             return
-        predicted_lost, seconds_per_token, probing = self._open_probe
+        predicted_lost, seconds_per_token = self._open_probe
         self._open_probe = None
-        lost = predicted_lost
         if measured is not None:
             lost = max(0.0, measured.seconds - measured.tokens * seconds_per_token)
             self._probe_seconds = max(0.0, self._probe_seconds + lost - predicted_lost)
-        for state in probing:
-            state.probe_seconds += lost / len(probing)
-
-    def _refund_probes(self, state: CostAwareState) -> None:
-        """The request drafts for its own sake: what its probes lost was the
-        price of finding that out, not waste (module docstring)."""
-        if state.probe_seconds:
-            self._probe_seconds = max(0.0, self._probe_seconds - state.probe_seconds)
-            state.probe_seconds = 0.0
 
     def _add_probes(self, states: list[CostAwareState], batch: BatchView,
                     rates: list[float], plan: list[int], deferred: bool
@@ -126,29 +92,16 @@ class Probing:
             # the seconds the probes lose: their step's time minus what its
             # tokens would take at the rate of the plan without them
             base_tokens, base_seconds = self.predicted_step(rates, batch, plan)
-            shared = self._shared_catch_ups(batch, rates)
-            probe_tokens, probe_seconds = self.predicted_step(rates, shared, probed)
-            lost = max(0.0, probe_seconds - probe_tokens * base_seconds / base_tokens)
+            lost = max(0.0, seconds - tokens * base_seconds / base_tokens)
             if max(plan) == 0 and (self._probe_seconds + lost
                                    > self.probe_budget * (self._engine_seconds + seconds)):
                 probes, probed, lost = [False] * len(plan), plan, 0.0
                 tokens, seconds = base_tokens, base_seconds
             elif max(plan) == 0:
-                self._open_probe = (lost, base_seconds / base_tokens,
-                                    [s for s, probe in zip(states, probes) if probe])
+                self._open_probe = (lost, base_seconds / base_tokens)
         self._probe_seconds = _BUDGET_MEMORY * self._probe_seconds + lost
         self._engine_seconds = _BUDGET_MEMORY * self._engine_seconds + seconds
         return probes, probed, tokens, seconds
-
-    def _shared_catch_ups(self, batch: BatchView, rates: list[float]) -> BatchView:
-        """The batch with each request's catch-up at its share
-        (``catch_up_share``)."""
-        if not any(batch.catch_up_tokens):
-            return batch
-        remaining = batch.remaining_tokens or [None] * len(rates)
-        return replace(batch, catch_up_tokens=tuple(
-            missed * self.catch_up_share(rate, left)
-            for missed, rate, left in zip(batch.catch_up_tokens, rates, remaining)))
 
     def _note_probe_verified(self, state: CostAwareState, num_draft_tokens: int,
                              num_accepted_tokens: int) -> None:
@@ -186,6 +139,5 @@ class Probing:
                 state.probing = False
                 state.probe_interval = self.probe_interval
                 state.steps_since_draft = 0
-                self._refund_probes(state)
             else:
                 state.steps_since_draft += 1

@@ -19,9 +19,6 @@ class CostAwareState:
     probe_interval: int = 8
     #: True while the last draft was a probe
     probing: bool = False
-    #: seconds its probes lost since it last drafted for its own sake (charged
-    #: to the probe budget; refunded when it does)
-    probe_seconds: float = 0.0
     #: the request's own offset in the token-acceptance model
     bias: float = 0.0
     #: True when the per-token stop governs this step's draft
