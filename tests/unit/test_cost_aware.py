@@ -7,9 +7,10 @@ import math
 import random
 
 import pytest
-from policy_simulation import draft_like_the_proposer
+import torch
 
 from vllm_gammatune.draft_kv import DraftKVHoles, plan_catch_up_passes
+from vllm_gammatune.draft_step import DraftStep
 from vllm_gammatune.policies import (
     BatchLocalLinearCost,
     BatchView,
@@ -345,29 +346,6 @@ def test_reprobes_with_backoff():
     assert gaps[:4] == [4, 8, 16, 16]
 
 
-def test_an_accepted_probe_brings_the_next_one_at_the_base_interval():
-    """Rejected probes back off; one whose token is accepted does not (the
-    text may have turned easy), so the next probe comes at the base interval."""
-    p = policy(probe_interval=4, max_probe_interval=64, probe_budget=1.0)
-    state = trained_states(p, 1, drafted=4, accepted=0)[0]
-    batch = BatchView(1, 1)
-
-    def steps_to_next_probe(accepted: int) -> int:
-        for step in range(1, 200):
-            k = p.plan_batch([state], batch)[0]
-            if k:
-                assert k == 1  # a probe, not drafting for its own sake
-                p.observe(state, k, accepted, batch)
-                return step
-        raise AssertionError("no probe")
-
-    # each probe after one that did not pay doubles the wait
-    assert [steps_to_next_probe(0) for _ in range(4)] == [4, 4, 8, 16]
-    assert steps_to_next_probe(1) == 32  # accepted
-    assert state.probe_interval == 4 and not state.probing
-    assert [steps_to_next_probe(0) for _ in range(3)] == [4, 4, 8]
-
-
 def test_probe_budget_bounds_the_time_probes_add():
     """Where drafting does not pay, the time probes lose is at most the
     budget's share of the predicted engine time, shared by every request (new
@@ -695,7 +673,7 @@ def simulate(p: CostAwarePolicy, num_reqs: int, steps: int, rate: float,
     plans, drafted = [], [0] * num_reqs
     for _ in range(steps):
         batch = BatchView(num_reqs, num_reqs + sum(drafted))
-        plan, _ = draft_like_the_proposer(p, states, batch, rate, drafted_step_slowdown)
+        plan = draft_like_the_proposer(p, states, batch, rate, drafted_step_slowdown)
         plans.append(plan)
         slow = drafted_step_slowdown if max(plan) else 1.0
         for state, k in zip(states, plan):  # the verification, next step
@@ -708,6 +686,25 @@ def simulate(p: CostAwarePolicy, num_reqs: int, steps: int, rate: float,
         p.observe_target_step(scheduled, (t_base + t_slope * scheduled) * slow, num_reqs)
         drafted = plan
     return plans
+
+
+def draft_like_the_proposer(p, states, batch, token_prob, slowdown=1.0) -> list[int]:
+    """One step: the plan, then the draft passes with the policy's per-token
+    stop, timed at the draft's fixed cost; the lengths drafted."""
+    num_reqs = len(states)
+    d_base, d_slope = p.draft_cost.coefficients()
+    step = DraftStep(p.plan_batch(states, batch), torch.device("cpu"),
+                     token_rule=lambda position, probs, active: p.draft_on(
+                         states, position, probs, active))
+    for position in range(1, step.num_steps + 1):
+        tokens = batch.num_scheduled_tokens + num_reqs if position == 1 else num_reqs
+        p.observe_draft_pass(tokens, (d_base + d_slope * tokens) * slowdown, num_reqs)
+        if step.record(torch.zeros(num_reqs, dtype=torch.long), None, None,
+                       torch.full((num_reqs,), token_prob)):
+            break
+    if step.num_steps:
+        p.draft_ended(len(step.token_ids))
+    return step.lengths.tolist()
 
 
 def test_measured_cycles_overrule_a_model_that_flatters_drafting():

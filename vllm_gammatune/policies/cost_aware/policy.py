@@ -152,7 +152,6 @@ class CostAwarePolicy(StepPlanner, Probing, CatchUpPricing, DecisionRecord, Toke
     ) -> CostAwareState:
         self._check_observation(num_draft_tokens, num_accepted_tokens)
         self.acceptance.observe(state, num_draft_tokens, num_accepted_tokens)
-        self._note_probe_verified(state, num_draft_tokens, num_accepted_tokens)
         # the rule's estimate, made before its labels train the model
         expected = self._revise_tokens(state, num_draft_tokens)
         self._learn_tokens(state, num_draft_tokens, num_accepted_tokens)

@@ -5,14 +5,7 @@ A request at length 0 learns nothing about its draft, so after
 every other request at length 0 that is at least half-way due joins it, so
 they share the draft pass. Each further probe without drafting in between
 doubles the request's interval, up to ``max_probe_interval``; drafting for its
-own sake resets it, and so does a probe whose token verification accepts
-(``_note_probe_verified``): the text may have turned easy again, and the
-rate, which still holds the hard stretch, needs a few accepted probes to
-rise. Backing off after accepted probes as well spaces them out just when
-they count: in a batch-1 simulation of text that alternates between easy and
-hard stretches of about ten steps (eight seeds), whole easy stretches then
-went undrafted, in runs of up to 255 steps, and throughput was 0.93x of what
-it is with the reset.
+own sake resets it.
 
 A probe runs only if some acceptance rate could make drafting pay at the
 step's batch and costs: where even a draft that is always right loses, a
@@ -102,14 +95,6 @@ class Probing:
         self._probe_seconds = _BUDGET_MEMORY * self._probe_seconds + lost
         self._engine_seconds = _BUDGET_MEMORY * self._engine_seconds + seconds
         return probes, probed, tokens, seconds
-
-    def _note_probe_verified(self, state: CostAwareState, num_draft_tokens: int,
-                             num_accepted_tokens: int) -> None:
-        """A probe's verification: accepted, the next probe comes at the base
-        interval again (module docstring)."""
-        if state.probing and 0 < num_draft_tokens == num_accepted_tokens:
-            state.probing = False
-            state.probe_interval = self.probe_interval
 
     @staticmethod
     def _probe_due(state: CostAwareState, num_draft_tokens: int) -> bool:
