@@ -141,10 +141,7 @@ def test_unprofitable_drafting_skips_draft_model_and_probes(tiny, reference):  #
     draft_tokens = counter(metrics, "vllm:spec_decode_num_draft_tokens")
     assert skipped > 0, "no step skipped the draft model"
     assert drafts > 0, "no request probed"
-    # a probe drafts one token; a run of accepted probes may lift the
-    # estimate past the ~0.9 where drafting pays here (the tiny draft agrees
-    # about 66% of the time), and a step drafts a little for its own sake
-    assert draft_tokens < 1.25 * drafts, "nearly every draft is a one-token probe"
+    assert draft_tokens == drafts, "a probe drafts exactly one token"
     # fixed costs: no correction by the clock, so no scale is reported
     assert "vllm:gammatune_cost_drafting_scale" not in metrics
     assert counter(metrics, "vllm:gammatune_catch_up_tokens") > 0
