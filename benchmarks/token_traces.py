@@ -48,9 +48,9 @@ stop would make against fixed draft lengths and an oracle.
    of the next plan line; no catch-up, no prompt chunk on either side), by
    the draft length verification saw (the next step's scheduled tokens minus
    one): the median measured seconds against the median price the model of
-   that plan gave such a cycle, ``T0 + T1 * (1 + k) + D0 + D1 * (s + 1) +
-   (max(k, 1) - 1) * (D0 + D1)`` from its ``step_costs`` (``s``: the plan's
-   scheduled tokens), one draft pass per kept token (at least one). A cycle
+   that plan gave such a cycle: ``Costs.step(k)`` at its ``step_costs``
+   plus ``D1 * s``, since the first pass also runs over the plan's ``s``
+   scheduled tokens, one draft pass per kept token (at least one). A cycle
    whose rule drafted a token and then dropped it ran one pass more than it
    kept. Whether each length costs what the model says decides how far the
    rule should draft.
@@ -153,10 +153,11 @@ def read_cycles(paths: list[Path]) -> list[Cycle]:
                     or after["batch_size"] != 1 or seconds is None):
                 continue
             kept = after["num_scheduled_tokens"] - 1
-            t0, t1, d0, d1 = plan["step_costs"]
-            # a draft that kept no token still ran its first pass
-            model = (t0 + t1 * (1 + kept) + d0 + d1 * (plan["num_scheduled_tokens"] + 1)
-                     + (max(kept, 1) - 1) * (d0 + d1))
+            costs = Costs("plan", *plan["step_costs"])
+            # the first pass also runs over the step's scheduled tokens, and
+            # a draft that kept no token still ran it
+            model = (costs.step(kept) + costs.D1 * plan["num_scheduled_tokens"]
+                     + (costs.draft_pass if kept == 0 else 0.0))
             cycles.append(Cycle(kept, seconds, model))
     return cycles
 
