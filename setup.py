@@ -27,6 +27,6 @@ setup(
     },
     entry_points={
         "vllm.general_plugins": ["vllm_gammatune = vllm_gammatune:register"],
-        "console_scripts": ["vllm-gammatune = vllm_gammatune.cli:main"],
+        "console_scripts": ["vllm-gammatune = vllm_gammatune.cli.main:main"],
     },
 )

@@ -73,8 +73,8 @@ class EngineCounts:
     """
 
     def __init__(self, llm):
-        from vllm_gammatune.config import ADDITIONAL_CONFIG_KEY
-        from vllm_gammatune.metrics import StepCounters
+        from vllm_gammatune.methods.settings import ADDITIONAL_CONFIG_KEY
+        from vllm_gammatune.telemetry.metrics import StepCounters
 
         self.spec = {"drafts": 0, "draft_tokens": 0, "accepted": 0}
         manager = llm.llm_engine.logger_manager

@@ -16,11 +16,11 @@ import argparse
 import json
 import tracemalloc
 
-from vllm_gammatune.config import split_speculative_config
-from vllm_gammatune.draft_kv import DraftKVHoles
-from vllm_gammatune.methods import DEFAULT_ADASD_NUM_SPECULATIVE_TOKENS, PLUGIN_METHODS
+from vllm_gammatune.methods.settings import split_speculative_config
+from vllm_gammatune.draft_kv.holes import DraftKVHoles
+from vllm_gammatune.methods.registry import DEFAULT_ADASD_NUM_SPECULATIVE_TOKENS, PLUGIN_METHODS
 from vllm_gammatune.policies import BatchView
-from vllm_gammatune.state import RequestStateTable
+from vllm_gammatune.drafter.request_states import RequestStateTable
 
 NUM_REQUESTS = 1000
 

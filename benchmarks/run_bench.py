@@ -80,7 +80,7 @@ def main() -> None:
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "4")
     from tqdm import tqdm
 
-    from vllm_gammatune.config import is_plugin_method
+    from vllm_gammatune.methods.settings import is_plugin_method
     from gammatune_tools.evaluation import METHODS, measure, start_llm, stop_llm
     from gammatune_tools.model_prep import prepare_pair
 

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from vllm_gammatune.methods import DEFAULT_ADASD_NUM_SPECULATIVE_TOKENS as ADASD_WINDOW
+from vllm_gammatune.methods.registry import DEFAULT_ADASD_NUM_SPECULATIVE_TOKENS as ADASD_WINDOW
 
 #: name -> (draft path, initial/fixed length k, cap) -> speculative_config or None
 MethodFactory = Callable[[str, int, int], "dict[str, Any] | None"]

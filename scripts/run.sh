@@ -18,8 +18,8 @@ install() {
         # which break `import transformers` (torchvision::nms). Text models need none.
         "$PYTHON" -m pip uninstall -q -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
     fi
-    "$PYTHON" -c "import vllm_gammatune.pin as p; print('vllm', p.check_vllm_version(), 'ok')"
-    "$PYTHON" -m vllm_gammatune.internals   # every vLLM internal the plugin touches, checked
+    "$PYTHON" -c "import vllm_gammatune.compat.pin as p; print('vllm', p.check_vllm_version(), 'ok')"
+    "$PYTHON" -m vllm_gammatune.compat.internals   # every vLLM internal the plugin touches, checked
 }
 
 case "${1:-}" in

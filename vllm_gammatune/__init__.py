@@ -32,7 +32,7 @@ def register() -> None:
     global _registered
     if _registered:
         return
-    from vllm_gammatune import pin
+    from vllm_gammatune.compat import pin
 
     problems = pin.compatibility_problems()
     if problems:
@@ -54,9 +54,9 @@ def _install_refusal(problems: list[str]) -> None:
         from vllm.engine.arg_utils import EngineArgs
     except ImportError:
         return
-    from vllm_gammatune.engine_config import requested_plugin_method
+    from vllm_gammatune.integration.engine_config import requested_plugin_method
     from vllm_gammatune.patches.base import rebind
-    from vllm_gammatune.pin import UnsupportedVllmVersionError
+    from vllm_gammatune.compat.pin import UnsupportedVllmVersionError
 
     def refuse(original, engine_args, *args, **kwargs):
         method = requested_plugin_method(engine_args)

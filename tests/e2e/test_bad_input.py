@@ -45,7 +45,7 @@ def spec(tiny, **overrides):
     ],
 )
 def test_bad_config_raises_at_llm(tiny, overrides, words):
-    from vllm_gammatune.config import GammaTuneConfigError
+    from vllm_gammatune.methods.settings import GammaTuneConfigError
 
     config = spec(tiny, **overrides)
     if "method" in overrides and overrides["method"] == "gammatune_pls":
@@ -62,7 +62,7 @@ def test_bad_config_raises_at_llm(tiny, overrides, words):
 
 @pytest.mark.parametrize("method", ["gammatune", "adasd"])
 def test_draft_with_other_vocabulary(tiny, method):
-    from vllm_gammatune.config import GammaTuneConfigError
+    from vllm_gammatune.methods.settings import GammaTuneConfigError
 
     with pytest.raises(GammaTuneConfigError) as info:
         make_llm(tiny["target"], spec(tiny, method=method, model=tiny["draft_other_vocab"]))
@@ -71,14 +71,14 @@ def test_draft_with_other_vocabulary(tiny, method):
 
 
 def test_async_scheduling_refused(tiny):
-    from vllm_gammatune.config import GammaTuneConfigError
+    from vllm_gammatune.methods.settings import GammaTuneConfigError
 
     with pytest.raises(GammaTuneConfigError, match="async_scheduling=True"):
         make_llm(tiny["target"], spec(tiny), async_scheduling=True)
 
 
 def test_unsupported_vllm_version(tiny, monkeypatch):
-    from vllm_gammatune import pin
+    from vllm_gammatune.compat import pin
 
     monkeypatch.setattr(pin, "installed_vllm_version", lambda: "0.31.2")
     with pytest.raises(pin.UnsupportedVllmVersionError) as info:
@@ -92,7 +92,7 @@ def test_unsupported_vllm_version_at_plugin_load(tiny):
         import vllm
         vllm.__version__ = "0.31.0"
         from vllm.engine.arg_utils import EngineArgs
-        from vllm_gammatune.pin import UnsupportedVllmVersionError
+        from vllm_gammatune.compat.pin import UnsupportedVllmVersionError
         args = EngineArgs(model={tiny['target']!r}, speculative_config={{
             "method": "gammatune", "model": {tiny['draft']!r}}})
         from vllm.v1.worker.gpu_model_runner import GPUModelRunner

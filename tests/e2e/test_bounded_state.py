@@ -39,7 +39,7 @@ def table_sizes(plugin_drafter, writer) -> dict[str, int]:
 def test_tables_empty_after_many_requests_with_tracing(tiny, tmp_path, monkeypatch, method):
     from vllm import SamplingParams
 
-    from vllm_gammatune import trace
+    from vllm_gammatune.telemetry import trace
 
     monkeypatch.setenv(trace.ENV_VAR, str(tmp_path / "trace.jsonl"))
     trace._reset_for_tests()

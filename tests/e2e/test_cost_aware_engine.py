@@ -105,7 +105,7 @@ def test_trace_logs_every_engine_step_decision(tiny, tmp_path, monkeypatch):
     (built only then); the plan lines count the engine's steps."""
     import json
 
-    from vllm_gammatune import trace
+    from vllm_gammatune.telemetry import trace
 
     path = tmp_path / "trace.jsonl"
     monkeypatch.setenv(trace.ENV_VAR, str(path))
@@ -285,7 +285,7 @@ def test_per_token_stop_cuts_drafts_losslessly_and_traces_its_estimates(
     and the rule's estimate of its acceptance."""
     import json
 
-    from vllm_gammatune import trace
+    from vllm_gammatune.telemetry import trace
 
     path = tmp_path / "trace.jsonl"
     monkeypatch.setenv(trace.ENV_VAR, str(path))

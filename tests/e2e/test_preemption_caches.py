@@ -41,7 +41,7 @@ def preempted_run(tiny):
     """GammaTune on the small cache, with a record of preemptions and plans."""
     from vllm import SamplingParams
     from vllm.v1.core.sched.scheduler import Scheduler
-    from vllm_gammatune.proposer import AdaptiveDraftModelProposer
+    from vllm_gammatune.drafter.proposer import AdaptiveDraftModelProposer
 
     events: list[tuple] = []
     holder: dict = {}

@@ -80,7 +80,7 @@ def _count_plugin_synchronisations(monkeypatch) -> list:
 
 
 def test_cost_timers_synchronise_only_on_measured_steps(tiny_models, monkeypatch):
-    from vllm_gammatune import step_timing
+    from vllm_gammatune.drafter import step_timing
 
     calls = _count_plugin_synchronisations(monkeypatch)
     _, metrics = _generate(tiny_models["target"], {"method": "gammatune_cost",

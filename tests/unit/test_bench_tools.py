@@ -87,7 +87,7 @@ import bench_common  # noqa: E402
 import run_bench  # noqa: E402
 import serve_bench  # noqa: E402
 
-from vllm_gammatune import trace  # noqa: E402
+from vllm_gammatune.telemetry import trace  # noqa: E402
 from gammatune_tools.evaluation import measure  # noqa: E402
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from vllm_gammatune.config import (
+from vllm_gammatune.methods.settings import (
     DEFAULT_CONFIDENCE_THRESHOLD,
     GammaTuneConfigError,
     GammaTuneSettings,

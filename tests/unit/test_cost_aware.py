@@ -9,8 +9,8 @@ import random
 import pytest
 import torch
 
-from vllm_gammatune.draft_kv import DraftKVHoles, plan_catch_up_passes
-from vllm_gammatune.draft_step import DraftStep
+from vllm_gammatune.draft_kv.holes import DraftKVHoles, plan_catch_up_passes
+from vllm_gammatune.drafter.draft_step import DraftStep
 from vllm_gammatune.policies import (
     BatchLocalLinearCost,
     BatchView,

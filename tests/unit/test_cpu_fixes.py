@@ -1,6 +1,6 @@
 import torch
 
-from vllm_gammatune.cpu_fixes import expand_batch_to_tokens
+from vllm_gammatune.verify.cpu_sampling_fix import expand_batch_to_tokens
 
 
 def never_called(*args):

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from vllm_gammatune import internals
-from vllm_gammatune.internals import INTERNALS, USES, Internal, VllmSource
+from vllm_gammatune.compat import internals
+from vllm_gammatune.compat.internals import INTERNALS, USES, Internal, VllmSource
 from vllm_gammatune.patches import base
 
 DOCS_PATCHES = Path(__file__).resolve().parents[2] / "docs" / "patches.md"

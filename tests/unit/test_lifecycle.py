@@ -2,10 +2,10 @@
 
 from types import SimpleNamespace
 
-from vllm_gammatune.lifecycle import update_states_and_forget_finished
-from vllm_gammatune.proposer import AdaptiveDraftModelProposer
+from vllm_gammatune.integration.lifecycle import update_states_and_forget_finished
+from vllm_gammatune.drafter.proposer import AdaptiveDraftModelProposer
 from vllm_gammatune.policies import GammaTunePolicy
-from vllm_gammatune.state import RequestStateTable
+from vllm_gammatune.drafter.request_states import RequestStateTable
 
 
 class _Counters:

@@ -4,8 +4,10 @@ the registry alone."""
 
 import pytest
 
-from vllm_gammatune import config, methods
-from vllm_gammatune.methods import METHODS, PARAMETERS, GammaTuneConfigError
+from vllm_gammatune.methods import settings as config
+
+from vllm_gammatune.methods import registry as methods
+from vllm_gammatune.methods.registry import METHODS, PARAMETERS, GammaTuneConfigError
 from vllm_gammatune.policies import DraftLengthPolicy
 
 VLLM_KEYS = frozenset({"model", "num_speculative_tokens", "method"})
@@ -87,7 +89,7 @@ def test_the_docs_read_the_registry():
     import re
     from pathlib import Path
 
-    from vllm_gammatune import methods
+    from vllm_gammatune.methods import registry as methods
 
     root = Path(__file__).resolve().parents[2]
     assert methods.markdown_table() in (root / "docs" / "methods.md").read_text(encoding="utf-8")

@@ -1,4 +1,4 @@
-from vllm_gammatune.metrics import StepCounters
+from vllm_gammatune.telemetry.metrics import StepCounters
 
 
 def test_counters_shared_between_writer_and_reader(tmp_path):

@@ -9,8 +9,8 @@ import types
 
 import pytest
 
-from vllm_gammatune.config import ADDITIONAL_CONFIG_KEY, GammaTuneConfigError
-from vllm_gammatune.runner_choice import (
+from vllm_gammatune.methods.settings import ADDITIONAL_CONFIG_KEY, GammaTuneConfigError
+from vllm_gammatune.integration.runner_choice import (
     DrafterNotActiveError,
     confirm_plugin_drafter,
     load_model_confirming_drafter,
@@ -87,7 +87,7 @@ def test_worker_with_vllms_fixed_k_drafter_fails_at_start():
 
 
 def test_worker_with_plugin_drafter_is_confirmed_and_marked():
-    from vllm_gammatune.proposer import AdaptiveDraftModelProposer
+    from vllm_gammatune.drafter.proposer import AdaptiveDraftModelProposer
 
     marked = []
     drafter = object.__new__(AdaptiveDraftModelProposer)

@@ -8,7 +8,8 @@ import pytest
 
 pytest.importorskip("vllm")
 
-from vllm_gammatune.acceptance import _ACTIVE, AdaSDVerifier, sample_step  # noqa: E402
+from vllm_gammatune.integration.sampling import sample_step  # noqa: E402
+from vllm_gammatune.verify.adasd import _ACTIVE, AdaSDVerifier  # noqa: E402
 from vllm_gammatune.policies import AdaSDPolicy  # noqa: E402
 
 

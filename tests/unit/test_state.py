@@ -1,5 +1,5 @@
 from vllm_gammatune.policies import GammaTunePolicy
-from vllm_gammatune.state import RequestStateTable
+from vllm_gammatune.drafter.request_states import RequestStateTable
 from vllm_gammatune.policies import BatchView
 
 

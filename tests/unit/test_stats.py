@@ -8,7 +8,7 @@ import torch
 from scipy.spatial.distance import jensenshannon
 from scipy.stats import entropy as scipy_entropy
 
-from vllm_gammatune.stats import entropy_bits, js_distance, js_divergence_bits
+from vllm_gammatune.verify.divergences import entropy_bits, js_distance, js_divergence_bits
 
 
 def random_rows(shape, zero_fraction, seed, dtype=torch.float64):

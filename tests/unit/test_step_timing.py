@@ -8,7 +8,7 @@ import types
 
 import torch
 
-from vllm_gammatune.step_timing import CUDA_TIMING_PERIOD, StepTimer
+from vllm_gammatune.drafter.step_timing import CUDA_TIMING_PERIOD, StepTimer
 
 
 class RecordingPolicy:

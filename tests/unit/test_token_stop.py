@@ -7,7 +7,7 @@ import random
 import pytest
 import torch
 
-from vllm_gammatune.draft_step import DraftStep
+from vllm_gammatune.drafter.draft_step import DraftStep
 from vllm_gammatune.policies import BatchView, CostAwarePolicy, FixedLinearCost
 from vllm_gammatune.policies.cost_aware.token_acceptance import (
     TokenAcceptanceModel,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from vllm_gammatune import trace
+from vllm_gammatune.telemetry import trace
 
 
 def test_forget_missing_drops_finished_requests_and_their_lines_stay(tmp_path):

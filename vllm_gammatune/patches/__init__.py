@@ -4,7 +4,7 @@ Each module's docstring says what it rebinds, why, and when it can go; the
 logic lives in the modules it imports (``engine_config``, ``runner_choice``,
 ``runner_init``, ``acceptance``, ``draft_handoff``, ``lifecycle``,
 ``cpu_fixes``). The index of every vLLM internal the plugin touches, rebinds
-included, is ``vllm_gammatune.internals.INTERNALS`` (printed as
+included, is ``vllm_gammatune.compat.internals.INTERNALS`` (printed as
 ``docs/patches.md``); ``tests/unit/test_internals.py`` keeps the two in step.
 """
 

@@ -12,7 +12,7 @@ Remove when: vLLM lets plugins register speculative methods with their own
 
 from vllm.engine.arg_utils import EngineArgs
 
-from vllm_gammatune.engine_config import create_speculative_config
+from vllm_gammatune.integration.engine_config import create_speculative_config
 from vllm_gammatune.patches.base import rebind
 
 

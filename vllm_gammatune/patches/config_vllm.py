@@ -14,7 +14,7 @@ Remove when: vLLM lets a plugin register a drafter for Model Runner V2.
 from vllm.config.vllm import VllmConfig
 
 from vllm_gammatune.patches.base import rebind
-from vllm_gammatune.runner_choice import (
+from vllm_gammatune.integration.runner_choice import (
     v2_unsupported_features,
     validate_v2_refusing_plugin_methods,
 )

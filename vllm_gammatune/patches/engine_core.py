@@ -15,7 +15,7 @@ Remove when: vLLM returns draft tokens with the step's output, or skips the
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.engine.core import EngineCore
 
-from vllm_gammatune.draft_handoff import (
+from vllm_gammatune.integration.draft_handoff import (
     post_step_without_empty_handoff,
     update_from_output_noting_skipped_drafts,
 )

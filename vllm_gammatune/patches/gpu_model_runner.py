@@ -24,11 +24,11 @@ Remove when: vLLM offers a drafter registry and per-request acceptance hooks
 
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
-from vllm_gammatune.acceptance import sample_step
-from vllm_gammatune.draft_handoff import sample_tokens_tagging_skipped_drafts
-from vllm_gammatune.lifecycle import update_states_and_forget_finished
+from vllm_gammatune.integration.sampling import sample_step
+from vllm_gammatune.integration.draft_handoff import sample_tokens_tagging_skipped_drafts
+from vllm_gammatune.integration.lifecycle import update_states_and_forget_finished
 from vllm_gammatune.patches.base import rebind
-from vllm_gammatune.runner_init import init_with_adaptive_drafter
+from vllm_gammatune.integration.runner_init import init_with_adaptive_drafter
 
 
 def apply() -> None:

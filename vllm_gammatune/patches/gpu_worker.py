@@ -12,7 +12,7 @@ Remove when: vLLM lets a plugin register a drafter, and reports it.
 from vllm.v1.worker.gpu_worker import Worker
 
 from vllm_gammatune.patches.base import rebind
-from vllm_gammatune.runner_choice import load_model_confirming_drafter
+from vllm_gammatune.integration.runner_choice import load_model_confirming_drafter
 
 
 def apply() -> None:

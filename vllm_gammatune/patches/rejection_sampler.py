@@ -17,8 +17,8 @@ Remove when: vLLM's ``cpu_triton_utils._expand_kernel_impl`` copies its result
 
 from vllm.v1.sample import rejection_sampler
 
-from vllm_gammatune.acceptance import rejection_sample_with_adasd
-from vllm_gammatune.cpu_fixes import expand_batch_to_tokens
+from vllm_gammatune.verify.adasd import rejection_sample_with_adasd
+from vllm_gammatune.verify.cpu_sampling_fix import expand_batch_to_tokens
 from vllm_gammatune.patches.base import rebind
 
 

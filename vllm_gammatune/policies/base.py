@@ -4,7 +4,7 @@ A policy decides, per request, how many tokens the draft model proposes next
 (``next_num_draft_tokens``, or ``plan_batch`` for the whole step) and learns
 from each verification of that request (``observe``). Policies are pure
 Python and never import vLLM or torch: the vLLM-facing proposer
-(``vllm_gammatune.proposer``) keeps one state object per ``req_id`` and calls
+(``vllm_gammatune.drafter.proposer``) keeps one state object per ``req_id`` and calls
 the policy with plain numbers.
 
 Beyond that, a policy may use optional capabilities, each a hook on

@@ -61,7 +61,7 @@ def check_vllm_version(version: str | None = None) -> str:
 
 def compatibility_problems() -> list[str]:
     """Why the installed vLLM cannot run the plugin's methods (empty: it can)."""
-    from vllm_gammatune import internals
+    from vllm_gammatune.compat import internals
 
     try:
         check_vllm_version()

@@ -32,7 +32,7 @@ from __future__ import annotations
 from typing import Any
 
 from vllm.logger import init_logger
-from vllm_gammatune.config import GammaTuneConfigError, plugin_section
+from vllm_gammatune.methods.settings import GammaTuneConfigError, plugin_section
 
 logger = init_logger(__name__)
 
@@ -97,7 +97,7 @@ def confirm_plugin_drafter(runner: Any, vllm_config: Any) -> str | None:
     method = plugin_method_of(vllm_config)
     if method is None:
         return None
-    from vllm_gammatune.proposer import AdaptiveDraftModelProposer
+    from vllm_gammatune.drafter.proposer import AdaptiveDraftModelProposer
 
     runner_name = f"{type(runner).__module__}.{type(runner).__qualname__}"
     drafter = getattr(runner, "drafter", None)

@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.verbose:
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
-    from vllm_gammatune.config import PLUGIN_METHODS
+    from vllm_gammatune.methods.settings import PLUGIN_METHODS
 
     if args.method not in PLUGIN_METHODS:
         parser.error(f"--method: {args.method!r} is not a vllm-gammatune method; "
@@ -90,7 +90,7 @@ def _environment(report: Report) -> None:
     from vllm.platforms import current_platform
 
     import vllm_gammatune
-    from vllm_gammatune.internals import VllmSource
+    from vllm_gammatune.compat.internals import VllmSource
 
     try:
         import vllm.config.vllm as vllm_config_module
@@ -108,7 +108,8 @@ def _environment(report: Report) -> None:
 
 
 def _compatibility(report: Report) -> bool:
-    from vllm_gammatune import internals, pin
+    from vllm_gammatune.compat import internals
+    from vllm_gammatune.compat import pin
     from vllm_gammatune.patches import base
 
     ok = report.check("vLLM series", lambda: (
@@ -143,7 +144,7 @@ def _decisions(report: Report, args) -> None:
     import vllm.config.vllm as vllm_config_module
     from vllm.engine.arg_utils import EngineArgs
 
-    from vllm_gammatune.config import PLUGIN_METHODS
+    from vllm_gammatune.methods.settings import PLUGIN_METHODS
 
     saved = vllm_config_module.HAS_TRITON
     if args.assume_triton:

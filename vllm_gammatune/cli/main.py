@@ -1,7 +1,7 @@
 """``vllm-gammatune``: vLLM's own command line, usable on CPU installs, and ``doctor``.
 
 ``vllm-gammatune doctor [--target T --draft D]`` checks that the plugin takes
-effect with this machine's vLLM (``vllm_gammatune.doctor``). Every other
+effect with this machine's vLLM (``vllm_gammatune.cli.doctor``). Every other
 command is vLLM's:
 
 vLLM 0.32's CLI asks ``importlib.metadata.version("vllm")`` while building its
@@ -36,7 +36,7 @@ def _metadata_with_cpu_fallback() -> types.SimpleNamespace:
 
 def main() -> None:
     if sys.argv[1:2] == ["doctor"]:
-        from vllm_gammatune import doctor
+        from vllm_gammatune.cli import doctor
 
         sys.exit(doctor.main(sys.argv[2:]))
     # Only vLLM's CLI module sees the fallback: vLLM's platform detection

@@ -13,7 +13,7 @@ dict of vLLM's built-in ``draft_model`` method, whose draft-model machinery
 (paged KV cache, scheduler, rejection sampler) the plugin drives.
 
 The methods, their parameters, defaults and validation are the registry's
-(``vllm_gammatune.methods``); the names below re-export it for the modules
+(``vllm_gammatune.methods.registry``); the names below re-export it for the modules
 that read them from here.
 """
 
@@ -23,7 +23,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from vllm_gammatune.methods import (  # noqa: F401 (re-exported)
+from vllm_gammatune.methods.registry import (  # noqa: F401 (re-exported)
     ALL_PLUGIN_KEYS,
     DEFAULT_ADASD_MODE,
     DEFAULT_ADASD_NUM_SPECULATIVE_TOKENS,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from vllm_gammatune.stats import entropy_bits
+from vllm_gammatune.verify.divergences import entropy_bits
 
 
 class EveryRequestStopped(Exception):

@@ -40,7 +40,7 @@ from vllm_gammatune.policies import (
 from vllm_gammatune.policies.adasd import PAPER_WINDOW
 
 if TYPE_CHECKING:
-    from vllm_gammatune.config import GammaTuneSettings
+    from vllm_gammatune.methods.settings import GammaTuneSettings
 
 METHOD_GAMMATUNE = "gammatune"
 METHOD_GAMMATUNE_PLUS = "gammatune_plus"

@@ -10,11 +10,11 @@ can go. It is the single source for
   looked up in the installed vLLM's *source* (Python's ``ast``, nothing is
   imported or run) and a missing name or a changed signature refuses the
   plugin's methods with a message naming it;
-- ``python -m vllm_gammatune.internals --source DIR``: the same check against
+- ``python -m vllm_gammatune.compat.internals --source DIR``: the same check against
   an unpacked vLLM source tree (a release's wheel, downloaded without
   installing it), which is how a vLLM release this machine cannot run is
   checked (``docs/patches.md`` records the results);
-- the patch index in ``docs/patches.md`` (``python -m vllm_gammatune.internals
+- the patch index in ``docs/patches.md`` (``python -m vllm_gammatune.compat.internals
   --markdown`` prints it);
 - ``tests/unit/test_internals.py``: every ``rebind`` the code performs is an
   entry of use ``rebind`` and every such entry is rebound.
@@ -39,7 +39,7 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
-from vllm_gammatune.vllm_source import (
+from vllm_gammatune.compat.vllm_source import (
     VllmSource,
     VllmSourceError,
     dataclass_fields,
@@ -344,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(
-        prog="python -m vllm_gammatune.internals",
+        prog="python -m vllm_gammatune.compat.internals",
         description="Check every vLLM internal the plugin touches against a vLLM "
                     "source tree (default: the installed vLLM).")
     parser.add_argument("--source", help="a vLLM wheel (.whl, not installed) or a "

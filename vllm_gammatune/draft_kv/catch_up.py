@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vllm_gammatune.draft_kv import DraftKVHoles, run_catch_up
+from vllm_gammatune.draft_kv.holes import DraftKVHoles, run_catch_up
 from vllm_gammatune.policies.cost_aware import CATCH_UP_HORIZON_TOKENS
 
 

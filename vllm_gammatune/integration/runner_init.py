@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 
-from vllm_gammatune.config import settings_from_additional_config
+from vllm_gammatune.methods.settings import settings_from_additional_config
 
 
 @contextlib.contextmanager
@@ -29,7 +29,7 @@ def init_with_adaptive_drafter(original_init, runner, vllm_config, *args, **kwar
     """``GPUModelRunner.__init__`` that uses the plugin's drafter when asked."""
     if settings_from_additional_config(vllm_config.additional_config) is None:
         return original_init(runner, vllm_config, *args, **kwargs)
-    from vllm_gammatune.proposer import AdaptiveDraftModelProposer
+    from vllm_gammatune.drafter.proposer import AdaptiveDraftModelProposer
 
     with _drafter_class(AdaptiveDraftModelProposer):
         return original_init(runner, vllm_config, *args, **kwargs)

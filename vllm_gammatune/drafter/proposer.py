@@ -43,21 +43,21 @@ import torch
 
 from vllm.logger import init_logger
 from vllm.v1.spec_decode.draft_model import DraftModelProposer
-from vllm_gammatune import trace
-from vllm_gammatune.acceptance import AdaSDVerifier
-from vllm_gammatune.catch_up import DraftCatchUp, step_positions
-from vllm_gammatune.config import plugin_section, settings_from_additional_config
-from vllm_gammatune.draft_kv import DraftKVHoles
-from vllm_gammatune.draft_step import (
+from vllm_gammatune.telemetry import trace
+from vllm_gammatune.verify.adasd import AdaSDVerifier
+from vllm_gammatune.draft_kv.catch_up import DraftCatchUp, step_positions
+from vllm_gammatune.methods.settings import plugin_section, settings_from_additional_config
+from vllm_gammatune.draft_kv.holes import DraftKVHoles
+from vllm_gammatune.drafter.draft_step import (
     DraftStep,
     EveryRequestStopped,
     draft_distribution,
     proposed_token_probs,
 )
-from vllm_gammatune.metrics import StepCounters
+from vllm_gammatune.telemetry.metrics import StepCounters
 from vllm_gammatune.policies import BatchView
-from vllm_gammatune.state import RequestStateTable
-from vllm_gammatune.step_timing import (
+from vllm_gammatune.drafter.request_states import RequestStateTable
+from vllm_gammatune.drafter.step_timing import (
     StepTimer,
     same_decisions_on_every_rank,
     same_plan_on_every_rank,
