@@ -13,7 +13,8 @@ setup(
     long_description_content_type="text/markdown",
     license="Apache-2.0",
     python_requires=">=3.10",
-    packages=find_packages(include=["vllm_gammatune", "vllm_gammatune.*", "gammatune_tools"]),
+    packages=find_packages(include=["vllm_gammatune", "vllm_gammatune.*", "gammatune_tools",
+                                    "gammatune_tools.*"]),
     install_requires=["prometheus_client", "tqdm"],
     extras_require={
         # vLLM itself comes from one of these: 0.32 is run-tested (CPU), 0.33

@@ -1,6 +1,6 @@
 """What ``gammatune_cost``'s decisions cost per engine step, without an engine.
 
-    python benchmarks/decision_cost.py [--batch-sizes 1,4,16] [--cap 8] [--steps 2000]
+    python -m benchmarks.decision_cost [--batch-sizes 1,4,16] [--cap 8] [--steps 2000]
 
 The policy is pure Python, so its cost is the same inside vLLM as here. Per
 batch size, two regimes are timed over ``--steps`` synthetic steps, with

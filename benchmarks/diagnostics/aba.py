@@ -1,15 +1,15 @@
 """A-B-A comparison: a method's runs between baseline runs, so drift is measured, not assumed.
 
-    python benchmarks/diagnostics/aba.py DIR --baseline no_spec
+    python -m benchmarks.diagnostics.aba DIR --baseline no_spec
 
-A diagnostic: no published number uses it (``paired.py`` interleaves engines
-in one run and is the measurement the results page cites).
+A diagnostic: no published number uses it (``benchmarks.paired`` interleaves
+engines in one run and is the measurement the results page cites).
 
 On this CPU a single baseline run moves by 10-25% within an hour, so a ratio
 against one baseline run cannot say whether a method is at 1.0x. An A-B-A
 sequence (baseline, method, baseline, method, baseline; each run a fresh
-engine, written by ``run_bench.py`` / ``serve_bench.py`` into its own
-sub-directory) compares each method run with the baseline runs just before
+engine, written by ``benchmarks.run_bench`` / ``benchmarks.serve_bench`` into
+its own sub-directory) compares each method run with the baseline runs just before
 and after it: the ratio to their mean, and the interval between the ratios to
 each of the two (drift during the run is bounded by its neighbours). The
 summary gives the method's mean over the baseline's mean, the baseline's
@@ -27,13 +27,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 from collections import defaultdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the harness beside this folder
-
-from report import fmt, format_interval, ratio_interval, read_jsonl  # noqa: E402
+from gammatune_tools.bench.records import read_jsonl
+from gammatune_tools.bench.stats import ratio_interval
+from gammatune_tools.bench.tables import fmt, format_interval
 
 #: (results file, where, size field, tok/s field, median TPOT field)
 SOURCES = (("cells.jsonl", "offline batch", "batch_size", "tokens_per_second", None),

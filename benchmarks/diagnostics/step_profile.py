@@ -1,11 +1,12 @@
 """Where an engine step's time goes: one batched generate under cProfile, in process.
 
-    python benchmarks/diagnostics/step_profile.py no_spec  --out DIR
-    python benchmarks/diagnostics/step_profile.py skip_only --out DIR
-    python benchmarks/diagnostics/step_profile.py --compare DIR
-    python benchmarks/diagnostics/step_profile.py adasd --batch-size 1 --out DIR     # any method
-    python benchmarks/diagnostics/step_profile.py vllm_draft_model --k 5 --batch-size 1 --out DIR
-    python benchmarks/diagnostics/step_profile.py --compare DIR --base vllm_draft_model --other adasd
+    python -m benchmarks.diagnostics.step_profile no_spec  --out DIR
+    python -m benchmarks.diagnostics.step_profile skip_only --out DIR
+    python -m benchmarks.diagnostics.step_profile --compare DIR
+    python -m benchmarks.diagnostics.step_profile adasd --batch-size 1 --out DIR     # any method
+    python -m benchmarks.diagnostics.step_profile vllm_draft_model --k 5 --batch-size 1 --out DIR
+    python -m benchmarks.diagnostics.step_profile --compare DIR --base vllm_draft_model \\
+        --other adasd
 
 A diagnostic: no published number uses it.
 
@@ -17,7 +18,7 @@ sampler runs with zero draft tokens) plus the plugin's planning. The engine
 core runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so cProfile
 sees the worker; ``--compare`` prints the per-function differences of the
 step's phases, in seconds over the whole generate. Any other method of
-``gammatune_tools.evaluation.METHODS`` profiles the same way (``--k``: its
+``gammatune_tools.bench.methods.METHOD_NAMES`` profiles the same way (``--k``: its
 initial or fixed length).
 """
 
@@ -31,7 +32,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the harness beside this folder
+from gammatune_tools.bench.methods import METHOD_NAMES, speculative_config
+from gammatune_tools.bench.prompts import first_turns, load_prompts
 
 STEP_PHASES = ("execute_model", "sample_tokens", "propose_draft_token_ids", "_model_forward",
                "schedule", "update_from_output", "process_outputs", "_prepare_inputs",
@@ -42,10 +44,9 @@ def profile(name: str, out: Path, batch_size: int, max_tokens: int, k: int = 4) 
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "0-1")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "4")
-    from bench_common import load_prompts
     from vllm import SamplingParams
 
-    from gammatune_tools.evaluation import METHODS, start_llm, stop_llm
+    from gammatune_tools.bench.engine import start_llm, stop_llm
     from gammatune_tools.model_prep import prepare_pair
 
     target, draft = prepare_pair()
@@ -54,11 +55,10 @@ def profile(name: str, out: Path, batch_size: int, max_tokens: int, k: int = 4) 
                 "fixed_step_costs": {"target_step_s": 0.1, "target_token_s": 0.0,
                                      "draft_pass_s": 100.0, "draft_token_s": 0.0}}
     else:
-        spec = METHODS[name](draft, k, 16)
+        spec = speculative_config(name, draft, k, 16)
     llm = start_llm(target, spec, max_model_len=4096, dtype="bfloat16",
                     max_num_seqs=batch_size)
-    conversations = [[{"role": "user", "content": turns[0]}]
-                     for _, turns in load_prompts("specbench", 2, "eval")][:batch_size]
+    conversations = first_turns(load_prompts("specbench", 2, "eval"))[:batch_size]
     llm.chat(conversations[:4], SamplingParams(temperature=0, max_tokens=4, ignore_eos=True),
              use_tqdm=False)  # warm-up
     params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
@@ -103,11 +103,11 @@ def compare(directory: Path, base: str = "no_spec", other: str = "skip_only") ->
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("method", nargs="?",
-                        help="no_spec, skip_only, or a name of evaluation.METHODS")
+                        help="no_spec, skip_only, or a name of bench.methods.METHOD_NAMES")
     parser.add_argument("--k", type=int, default=4, help="the method's initial/fixed length")
     parser.add_argument("--base", default="no_spec", help="--compare: the reference profile")
     parser.add_argument("--other", default="skip_only", help="--compare: the profile compared")
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/profile"))
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/runs/profile"))
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--compare", type=Path, help="a directory holding both .prof files")
@@ -115,11 +115,9 @@ def main() -> None:
     if args.compare:
         print(compare(args.compare, args.base, args.other))
     elif args.method:
-        from gammatune_tools.evaluation import METHODS
-
-        if args.method != "skip_only" and args.method not in METHODS:
+        if args.method != "skip_only" and args.method not in METHOD_NAMES:
             sys.exit(f"method {args.method!r}: expected skip_only or one of "
-                     f"{', '.join(METHODS)}")
+                     f"{', '.join(METHOD_NAMES)}")
         profile(args.method, args.out, args.batch_size, args.max_tokens, args.k)
     else:
         sys.exit("give a method (no_spec, skip_only, ...) or --compare DIR")

@@ -31,14 +31,14 @@ ENGINE_KWARGS = dict(
 
 
 def make_llm(target: str, speculative_config: dict | None = None, **overrides):
-    from gammatune_tools.evaluation import start_llm
+    from gammatune_tools.bench.engine import start_llm
 
     return start_llm(target, speculative_config, **{**ENGINE_KWARGS, **overrides})
 
 
 @contextlib.contextmanager
 def running_llm(target: str, speculative_config: dict | None = None, **overrides):
-    from gammatune_tools.evaluation import stop_llm
+    from gammatune_tools.bench.engine import stop_llm
 
     llm = make_llm(target, speculative_config, **overrides)
     try:

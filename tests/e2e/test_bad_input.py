@@ -45,7 +45,7 @@ def spec(tiny, **overrides):
     ],
 )
 def test_bad_config_raises_at_llm(tiny, overrides, words):
-    from vllm_gammatune.methods.settings import GammaTuneConfigError
+    from vllm_gammatune.methods import GammaTuneConfigError
 
     config = spec(tiny, **overrides)
     if "method" in overrides and overrides["method"] == "gammatune_pls":
@@ -62,7 +62,7 @@ def test_bad_config_raises_at_llm(tiny, overrides, words):
 
 @pytest.mark.parametrize("method", ["gammatune", "adasd"])
 def test_draft_with_other_vocabulary(tiny, method):
-    from vllm_gammatune.methods.settings import GammaTuneConfigError
+    from vllm_gammatune.methods import GammaTuneConfigError
 
     with pytest.raises(GammaTuneConfigError) as info:
         make_llm(tiny["target"], spec(tiny, method=method, model=tiny["draft_other_vocab"]))
@@ -71,7 +71,7 @@ def test_draft_with_other_vocabulary(tiny, method):
 
 
 def test_async_scheduling_refused(tiny):
-    from vllm_gammatune.methods.settings import GammaTuneConfigError
+    from vllm_gammatune.methods import GammaTuneConfigError
 
     with pytest.raises(GammaTuneConfigError, match="async_scheduling=True"):
         make_llm(tiny["target"], spec(tiny), async_scheduling=True)

@@ -1,5 +1,6 @@
-"""The plugin's per-request tables return to empty once requests leave the
-engine, with tracing on (the trace writer's step counters included)."""
+"""The plugin's per-request records (and the tables their sweep also clears:
+draft-KV holes, the trace writer's step counters) return to empty once
+requests leave the engine, with tracing on."""
 
 from __future__ import annotations
 
@@ -28,8 +29,8 @@ SPECS = {
 
 def table_sizes(plugin_drafter, writer) -> dict[str, int]:
     return {
-        "policy states": len(plugin_drafter.request_states),
-        "kept drafts": len(plugin_drafter.pending_drafts),
+        "records": len(plugin_drafter.records),
+        "kept drafts": plugin_drafter.records.num_kept_drafts,
         "draft KV holes": plugin_drafter.draft_kv_holes.num_requests,
         "trace step counters": writer.num_requests,
     }
@@ -62,9 +63,9 @@ def test_tables_empty_after_many_requests_with_tracing(tiny, tmp_path, monkeypat
     finally:
         trace._reset_for_tests()
     # every table of this method was used, and none holds more than a batch
-    used = {"gammatune_cost": ("policy states", "draft KV holes", "trace step counters"),
-            "adasd": ("policy states", "kept drafts"),
-            "gammatune_plus": ("policy states", "trace step counters")}[method]
+    used = {"gammatune_cost": ("records", "draft KV holes", "trace step counters"),
+            "adasd": ("records", "kept drafts"),
+            "gammatune_plus": ("records", "trace step counters")}[method]
     for name in used:
         assert 0 < peak[name] <= 16, (name, peak)
     assert after == dict.fromkeys(after, 0)

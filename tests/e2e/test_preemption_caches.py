@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 
 import pytest
-from llm_helpers import PROMPTS, drafter, metrics_by_name, running_llm
+from llm_helpers import PROMPTS, drafter, executor, metrics_by_name, running_llm
 
 MAX_TOKENS = 96
 BUDGET = 64  # max_num_batched_tokens
@@ -41,32 +41,38 @@ def preempted_run(tiny):
     """GammaTune on the small cache, with a record of preemptions and plans."""
     from vllm import SamplingParams
     from vllm.v1.core.sched.scheduler import Scheduler
-    from vllm_gammatune.drafter.proposer import AdaptiveDraftModelProposer
+    from vllm_gammatune.policies import GammaTunePolicy
 
     events: list[tuple] = []
     holder: dict = {}
 
     def states_of(req_ids):
-        table = holder["drafter"].request_states
-        return {r: copy.deepcopy(table._states.get(r)) for r in req_ids if r in table}
+        records = holder["drafter"].records
+        return {r: copy.deepcopy(records.find(r).policy_state) for r in req_ids
+                if r in records}
 
     original_preempt = Scheduler._preempt_request
-    original_plan = AdaptiveDraftModelProposer._plan
+    original_plan = GammaTunePolicy.plan_batch
 
     def spy_preempt(self, request, *args, **kwargs):
         events.append(("preempt", request.request_id, states_of([request.request_id])))
         return original_preempt(self, request, *args, **kwargs)
 
-    def spy_plan(self, req_ids, *args, **kwargs):
-        events.append(("plan", None, states_of(req_ids), list(req_ids)))
-        return original_plan(self, req_ids, *args, **kwargs)
+    def spy_plan(self, states, *args, **kwargs):
+        # the drafter plans for the input batch's requests, in its order
+        req_ids = list(holder["runner"].input_batch.req_ids)
+        assert len(req_ids) == len(states)
+        events.append(("plan", None, {r: copy.deepcopy(s) for r, s in zip(req_ids, states)},
+                       req_ids))
+        return original_plan(self, states, *args, **kwargs)
 
     spec = {"method": "gammatune", "model": tiny["draft"], "num_speculative_tokens": 6}
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(Scheduler, "_preempt_request", spy_preempt)
-        mp.setattr(AdaptiveDraftModelProposer, "_plan", spy_plan)
+        mp.setattr(GammaTunePolicy, "plan_batch", spy_plan)
         with running_llm(tiny["target"], spec, **SMALL_CACHE) as llm:
             holder["drafter"] = drafter(llm)
+            holder["runner"] = executor(llm).driver_worker.worker.model_runner
             config = llm.llm_engine.vllm_config
             outs = llm.generate(ALL_PROMPTS,
                                 SamplingParams(temperature=0, max_tokens=MAX_TOKENS),
@@ -104,7 +110,7 @@ def test_prefix_caching_and_chunked_prefill_stay_on(preempted_run):
 
 
 def test_preempted_request_resumes_with_its_learned_state(preempted_run):
-    """state.py: a preempted request keeps its window (not ``gamma_init`` again)."""
+    """request_records: a preempted request keeps its window (not ``gamma_init`` again)."""
     pending: dict[str, object] = {}
     checked, learned = 0, 0
     for event in preempted_run["events"]:

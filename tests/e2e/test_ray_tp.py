@@ -131,7 +131,7 @@ def tp_run(tiny, request):
                                 use_tqdm=False)
             logs = dict(llm.collective_rpc(_draft_length_log))
         finally:
-            from gammatune_tools.evaluation import stop_llm
+            from gammatune_tools.bench.engine import stop_llm
 
             stop_llm(llm)
     return {"ranks": ranks, "outs": outs, "logs": logs}

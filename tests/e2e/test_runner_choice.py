@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_gammatune.methods.settings import PLUGIN_METHODS
+from vllm_gammatune.methods import PLUGIN_METHODS
 
 
 def _engine_config(tiny, speculative_config):
@@ -64,7 +64,7 @@ def test_no_triton_means_v1_for_every_method(tiny, monkeypatch):
 def test_forcing_v2_with_plugin_method_is_refused(tiny, monkeypatch, triton):
     import vllm.config.vllm as vllm_config_module
 
-    from vllm_gammatune.methods.settings import GammaTuneConfigError
+    from vllm_gammatune.methods import GammaTuneConfigError
 
     monkeypatch.setattr(vllm_config_module, "HAS_TRITON", triton)
     monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")

@@ -1,12 +1,13 @@
-"""The demo's decisions without an engine: plans, time estimate, machine
-facts, the counts of its table and its one-line verdict."""
+"""gammatune_tools.demo: the demo's decisions without an engine: plans, time
+estimate, machine facts, its table with the counts and its one-line verdict."""
 
 from __future__ import annotations
 
 import pytest
 
-from gammatune_tools.evaluation import (FULL_DEMO, QUICK_DEMO, Measurement, estimate_seconds,
-                                       instruction_set, machine_facts, verdict)
+from gammatune_tools.bench.records import Measurement
+from gammatune_tools.demo import (FULL_DEMO, QUICK_DEMO, estimate_seconds, instruction_set,
+                                  machine_facts, table, verdict)
 
 
 def row(method: str, tokens_per_second: float, *, k: int = 2, drafts: float = 0,
@@ -116,3 +117,17 @@ def test_verdict_without_a_drafting_method_or_rows():
     assert "no method drafted" in verdict([NO_SPEC], 1)
     with pytest.raises(ValueError, match="no measurements"):
         verdict([], 1)
+
+
+def test_table_rows_speed_against_no_spec_and_the_counts():
+    fixed = row("vllm_draft_model", 9.0, k=2, drafts=80, draft_tokens=160, accepted=112,
+                engine_steps=84)
+    lines = table(1, [NO_SPEC, fixed]).splitlines()
+    assert lines[:2] == ["", "batch 1"]
+    assert lines[2].split() == ["method", "tok/s", "x", "no_spec", "target", "passes/tok",
+                                "draft", "fwd/tok", "accepted", "len"]
+    assert lines[3] == "-" * len(lines[2])
+    assert lines[4].split() == ["no_spec", "6.00", "1.00x", "1.00", "0.00", "-"]
+    # 2 forwards in each of 84 steps for 192 tokens; 1 + 112 / 80 accepted
+    assert lines[5].split() == ["vllm_draft_model", "K=2", "9.00", "1.50x", "0.42", "0.88",
+                                "2.40"]

@@ -1,16 +1,12 @@
-"""benchmarks/idle_overhead.py: CPU seconds per token, paired by round."""
+"""benchmarks.idle_overhead: CPU seconds per token, paired by round."""
 
 from __future__ import annotations
 
 import os
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-
-import idle_overhead  # noqa: E402
+from benchmarks import idle_overhead
 
 
 def rows_of(cpu: dict[str, list[float]], tokens: int = 256, skip: tuple = ()) -> list[dict]:

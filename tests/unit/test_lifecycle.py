@@ -1,11 +1,11 @@
-"""lifecycle: finished requests' state goes when the worker hears of them."""
+"""integration.lifecycle: finished requests' records go when the worker hears of them."""
 
 from types import SimpleNamespace
 
-from vllm_gammatune.integration.lifecycle import update_states_and_forget_finished
 from vllm_gammatune.drafter.proposer import AdaptiveDraftModelProposer
+from vllm_gammatune.drafter.request_records import RequestRecords
+from vllm_gammatune.integration.lifecycle import update_states_and_forget_finished
 from vllm_gammatune.policies import GammaTunePolicy
-from vllm_gammatune.drafter.request_states import RequestStateTable
 
 
 class _Counters:
@@ -16,17 +16,16 @@ class _Counters:
 
 
 def _runner(req_ids):
-    table = RequestStateTable(GammaTunePolicy(16, 4, 1, 0.5, 2))
-    for req_id in req_ids:
-        table.get(req_id)
     holes = SimpleNamespace(live=None)
-    holes.forget_missing = lambda live: setattr(holes, "live", set(live))
-    drafter = SimpleNamespace(request_states=table, _counters=_Counters(), draft_kv_holes=holes,
-                              pending_drafts={r: None for r in req_ids},
-                              traced_token_probs={r: [0.5] for r in req_ids})
-    # the plugin drafter's own sweep, on this stand-in
-    drafter.forget_requests_not_in = (
-        lambda live: AdaptiveDraftModelProposer.forget_requests_not_in(drafter, live))
+    records = RequestRecords(GammaTunePolicy(16, 4, 1, 0.5, 2),
+                             also_forget=(lambda live: setattr(holes, "live", set(live)),))
+    for req_id in req_ids:
+        records.keep_draft(req_id, object())
+        records.keep_traced_token_probs(req_id, [0.5])
+    drafter = SimpleNamespace(records=records, counters=_Counters(), holes=holes)
+    # the plugin drafter's own method, on this stand-in
+    drafter.forget_finished = (
+        lambda live: AdaptiveDraftModelProposer.forget_finished(drafter, live))
     return SimpleNamespace(drafter=drafter, requests={r: object() for r in req_ids})
 
 
@@ -42,33 +41,31 @@ def test_finished_requests_dropped_preempted_kept_gauge_updated():
     out = update_states_and_forget_finished(
         _update_states, runner, SimpleNamespace(finished_req_ids={"b"}))
     assert out == "result"
-    table = runner.drafter.request_states
-    assert "b" not in table and "a" in table and "c" in table
-    assert set(runner.drafter.pending_drafts) == {"a", "c"}
-    assert set(runner.drafter.traced_token_probs) == {"a", "c"}
-    assert runner.drafter.draft_kv_holes.live == {"a", "c"}
-    assert runner.drafter._counters.tracked == 2
+    records = runner.drafter.records
+    assert sorted(records) == ["a", "c"] and records.num_kept_drafts == 2
+    assert runner.drafter.holes.live == {"a", "c"}
+    assert runner.drafter.counters.tracked == 2
 
 
 def test_idle_step_empties_the_table():
     runner = _runner(["a", "b"])
     update_states_and_forget_finished(
         _update_states, runner, SimpleNamespace(finished_req_ids={"a", "b"}))
-    assert len(runner.drafter.request_states) == 0
-    assert runner.drafter._counters.tracked == 0
+    assert len(runner.drafter.records) == 0
+    assert runner.drafter.counters.tracked == 0
 
 
 def test_finished_id_resubmitted_starts_fresh():
     runner = _runner(["a"])
-    table = runner.drafter.request_states
-    table.set("a", table.policy.observe(table.get("a"), 4, 4, None))
+    records = runner.drafter.records
+    records.set_policy_state("a", records.policy.observe(records.policy_state("a"), 4, 4, None))
     # "a" aborted and resubmitted under the same id in one step: vLLM keeps
     # the new request in `requests`, but its state must not be the old one
     def resubmit(runner, scheduler_output):
         return "result"
     update_states_and_forget_finished(resubmit, runner,
                                       SimpleNamespace(finished_req_ids={"a"}))
-    assert "a" not in table
+    assert "a" not in records
 
 
 def test_runner_without_plugin_drafter_untouched():

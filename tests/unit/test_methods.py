@@ -1,13 +1,19 @@
 """The method registry is consistent: every method's parameters have a
-default and a validation, every policy factory builds, and the config reads
-the registry alone."""
+default and a validation, every policy factory takes exactly its method's
+parameters and builds, and the settings and the docs read the registry alone."""
+
+import inspect
 
 import pytest
 
-from vllm_gammatune.methods import settings as config
-
-from vllm_gammatune.methods import registry as methods
-from vllm_gammatune.methods.registry import METHODS, PARAMETERS, GammaTuneConfigError
+from vllm_gammatune import methods
+from vllm_gammatune.methods import (
+    METHODS,
+    PARAMETERS,
+    GammaTuneConfigError,
+    split_speculative_config,
+)
+from vllm_gammatune.methods.registry import ALL_PLUGIN_KEYS
 from vllm_gammatune.policies import DraftLengthPolicy
 
 VLLM_KEYS = frozenset({"model", "num_speculative_tokens", "method"})
@@ -19,7 +25,7 @@ def test_every_method_parameter_is_a_known_parameter():
         assert set(method.parameters) <= set(PARAMETERS), method.name
         assert set(method.defaults) <= set(method.parameters), method.name
     # and every parameter is taken by some method
-    assert set(PARAMETERS) == methods.ALL_PLUGIN_KEYS
+    assert set(PARAMETERS) == ALL_PLUGIN_KEYS
 
 
 def test_every_method_has_a_one_line_description_and_a_cap():
@@ -29,26 +35,29 @@ def test_every_method_has_a_one_line_description_and_a_cap():
 
 
 @pytest.mark.parametrize("name", list(METHODS))
+def test_the_policy_factory_takes_exactly_the_methods_parameters(name):
+    method = METHODS[name]
+    cap, *keywords = inspect.signature(method.build_policy).parameters.values()
+    required = {p.name for p in keywords if p.default is inspect.Parameter.empty}
+    assert required <= set(method.parameters) <= {p.name for p in keywords}, name
+
+
+@pytest.mark.parametrize("name", list(METHODS))
 def test_defaults_validate_and_the_factory_builds(name):
     method = METHODS[name]
-    settings, draft = config.split_speculative_config(
-        {"method": name, "model": "d"}, VLLM_KEYS)
+    settings, draft = split_speculative_config({"method": name, "model": "d"}, VLLM_KEYS)
     assert settings.num_speculative_tokens == method.num_speculative_tokens
-    for key in method.parameters:
-        parameter = PARAMETERS[key]
-        resolved = {"num_speculative_tokens": settings.num_speculative_tokens,
-                    **settings.to_dict()}
-        # the default is what the settings hold, and validation keeps it
-        assert getattr(settings, key) == parameter.default_for(method, resolved)
-        assert parameter.validate(getattr(settings, key), resolved) == getattr(settings, key)
-    # keys no method of this kind takes are None, unless every method carries them
+    resolved = {"num_speculative_tokens": settings.num_speculative_tokens}
     for key, parameter in PARAMETERS.items():
-        if key not in method.parameters and not parameter.every_method:
-            assert getattr(settings, key) is None, (name, key)
-    policy = method.make_policy(settings)
+        default = parameter.default_for(method.defaults, resolved)
+        resolved[key] = settings.parameters.get(key, default)
+        if key in method.parameters:
+            # the default is what the settings hold, and validation keeps it
+            assert settings.parameters[key] == default
+            assert parameter.validate(default, resolved) == default
+    policy = settings.make_policy()
     assert isinstance(policy, DraftLengthPolicy)
     assert policy.max_num_draft_tokens == settings.num_speculative_tokens
-    assert type(settings.make_policy()) is type(policy)
     assert draft == {"method": "draft_model", "model": "d",
                      "num_speculative_tokens": settings.num_speculative_tokens}
 
@@ -57,19 +66,21 @@ def test_defaults_validate_and_the_factory_builds(name):
 def test_every_parameter_refuses_a_bad_value_naming_itself(key):
     name = next(m for m in METHODS if key in METHODS[m].parameters)
     with pytest.raises(GammaTuneConfigError, match=rf"\['{key}'\]"):
-        config.split_speculative_config(
-            {"method": name, "model": "d", key: "not a value"}, VLLM_KEYS)
+        split_speculative_config({"method": name, "model": "d", key: "not a value"},
+                                 VLLM_KEYS)
 
 
 def test_lossy_methods_and_names_come_from_the_registry():
-    assert config.LOSSY_METHODS == ("adasd",)
-    assert config.PLUGIN_METHODS == tuple(METHODS)
-    assert all(config.is_plugin_method(m) for m in METHODS)
-    assert not config.is_plugin_method("draft_model")
+    assert methods.LOSSY_METHODS == ("adasd",)
+    assert methods.PLUGIN_METHODS == tuple(METHODS)
+    assert all(methods.is_plugin_method(m) for m in METHODS)
+    assert not methods.is_plugin_method("draft_model")
     # the AdaSD window of 20 (the paper's W) is its default cap and window
-    adasd, _ = config.split_speculative_config({"method": "adasd", "model": "d"}, VLLM_KEYS)
-    assert adasd.num_speculative_tokens == adasd.adasd_window == 20
-    assert config.DEFAULT_ADASD_NUM_SPECULATIVE_TOKENS == 20
+    adasd, _ = split_speculative_config({"method": "adasd", "model": "d"}, VLLM_KEYS)
+    assert adasd.num_speculative_tokens == adasd.parameters["adasd_window"] == 20
+    assert methods.DEFAULT_ADASD_NUM_SPECULATIVE_TOKENS == 20
+    assert adasd.is_lossy and not split_speculative_config(
+        {"method": "gammatune", "model": "d"}, VLLM_KEYS)[0].is_lossy
 
 
 def test_markdown_table_lists_every_method_once_with_its_defaults():
@@ -88,8 +99,6 @@ def test_the_docs_read_the_registry():
     names exactly the registry's methods, the lossy one marked."""
     import re
     from pathlib import Path
-
-    from vllm_gammatune.methods import registry as methods
 
     root = Path(__file__).resolve().parents[2]
     assert methods.markdown_table() in (root / "docs" / "methods.md").read_text(encoding="utf-8")

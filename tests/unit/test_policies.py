@@ -106,7 +106,7 @@ def test_policies_do_not_import_vllm():
     import sys
 
     code = (
-        "import sys, vllm_gammatune.policies, vllm_gammatune.drafter.request_states, "
+        "import sys, vllm_gammatune.policies, vllm_gammatune.drafter.request_records, "
         "vllm_gammatune.methods.settings, vllm_gammatune.methods.registry; "
         "assert not any(m in ('vllm', 'torch') or m.startswith(('vllm.', 'torch.')) "
         "for m in sys.modules), "

@@ -69,7 +69,7 @@ def test_cost_aware_declares_timing_and_skipping_and_records_decisions():
 def test_lossless_methods_never_relax_verification(name):
     settings, _ = split_speculative_config({"method": name, "model": "d"},
                                            {"model", "method", "num_speculative_tokens"})
-    policy = METHODS[name].make_policy(settings)
+    policy = settings.make_policy()
     # relaxing acceptance is what makes a method lossy, and needs the
     # per-token verification that keeps the draft distributions
     assert policy.relaxes_verification == (not METHODS[name].lossless)

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
+from benchmarks import reproduce
+from gammatune_tools.bench.methods import METHOD_NAMES
 
-from benchmarks import reproduce  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 NAMES = reproduce.config_names()
 
@@ -45,9 +45,9 @@ def test_a_missing_name_lists_the_allowed_names(capsys):
 def test_the_quick_headline_plan_keeps_the_design_at_a_smaller_size():
     full = reproduce.plan("headline")
     quick = reproduce.plan("headline", quick=True)
-    assert [len(c["argv"]) > 2 for c in quick] == [True, True]
+    assert [len(c["argv"]) > 3 for c in quick] == [True, True]
     bench_full, bench_quick = full[0]["argv"], quick[0]["argv"]
-    assert bench_quick[1].endswith("run_bench.py")
+    assert bench_quick[1:3] == ["-m", "benchmarks.run_bench"]
     assert _option(bench_full, "--methods") == _option(bench_quick, "--methods")
     assert _option(bench_full, "--batch-sizes") == _option(bench_quick, "--batch-sizes") == "1"
     assert (_option(bench_full, "--k"), _option(bench_quick, "--k")) == ("2,4,8", "4")
@@ -55,8 +55,8 @@ def test_the_quick_headline_plan_keeps_the_design_at_a_smaller_size():
     assert _option(bench_full, "--limit") is None and _option(bench_quick, "--limit") == "4"
     assert _option(bench_quick, "--out").endswith("runs/headline-quick")
     assert _option(bench_full, "--out").endswith("runs/headline")
-    assert quick[1]["argv"][1].endswith("report.py")
-    assert quick[1]["argv"][2] == _option(bench_quick, "--out")
+    assert quick[1]["argv"][1:3] == ["-m", "benchmarks.report"]
+    assert quick[1]["argv"][3] == _option(bench_quick, "--out")
 
 
 def test_a_quick_override_reaches_only_the_steps_that_take_it():
@@ -71,7 +71,7 @@ def test_a_quick_override_reaches_only_the_steps_that_take_it():
 def test_models_and_output_folder_pass_to_the_engine_steps_only(tmp_path):
     run, report = reproduce.plan("headline", out=tmp_path, target="/t", draft="/d")
     assert (_option(run["argv"], "--target"), _option(run["argv"], "--draft")) == ("/t", "/d")
-    assert "--target" not in report["argv"] and report["argv"][2] == str(tmp_path)
+    assert "--target" not in report["argv"] and report["argv"][3] == str(tmp_path)
     (memory,) = reproduce.plan("memory", out=tmp_path)
     assert memory["stdout"] == tmp_path / "bytes_per_request.json"
 
@@ -97,41 +97,39 @@ def test_an_engine_step_without_methods_is_refused(tmp_path):
 
 
 @functools.cache
-def _help(script: str) -> str:
-    return subprocess.run([sys.executable, str(REPO / "benchmarks" / script), "--help"],
+def _help(module: str) -> str:
+    return subprocess.run([sys.executable, "-m", module, "--help"],
                           capture_output=True, text=True, cwd=REPO, timeout=120).stdout
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_every_config_names_a_harness_its_methods_and_its_published_folder(name):
-    from gammatune_tools.evaluation import METHODS
-
     config = reproduce.load_config(name)
     results = REPO / config["results"]
     assert results.is_dir(), f"{name}: results folder {config['results']} is missing"
     for step in config["steps"]:
-        script, _ = reproduce.HARNESS[step["harness"]]
-        assert (REPO / "benchmarks" / script).is_file()
+        module = reproduce.module(step["harness"])
+        assert (REPO / (module.replace(".", "/") + ".py")).is_file()
         if step.get("subdir"):
             assert (results / step["subdir"]).is_dir(), f"{name}: {step['subdir']} missing"
         if step["harness"] in reproduce.ENGINE_HARNESS:
             for method in reproduce.method_names(step):
-                assert method in METHODS, f"{name}: unknown method {method!r}"
+                assert method in METHOD_NAMES, f"{name}: unknown method {method!r}"
 
 
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("quick", [False, True])
 def test_every_planned_option_is_one_the_harness_accepts(name, quick):
     for command in reproduce.plan(name, quick=quick):
-        script = Path(command["argv"][1]).name
-        options = [part for part in command["argv"][2:] if part.startswith("--")]
-        if script in ("report.py", "gsm8k_quality.py"):
+        module = command["argv"][2]
+        options = [part for part in command["argv"][3:] if part.startswith("--")]
+        if module in ("benchmarks.report", "benchmarks.gsm8k_quality"):
             assert options == []
             continue
-        text = _help(script)
-        assert text, f"{script} --help printed nothing"
+        text = _help(module)
+        assert text, f"{module} --help printed nothing"
         for option in options:
-            assert option in text, f"{name}: {script} has no option {option}"
+            assert option in text, f"{name}: {module} has no option {option}"
 
 
 def test_the_quick_plan_sets_its_environment_and_the_full_plan_none():

@@ -9,7 +9,7 @@ import types
 
 import pytest
 
-from vllm_gammatune.methods.settings import ADDITIONAL_CONFIG_KEY, GammaTuneConfigError
+from vllm_gammatune.methods import ADDITIONAL_CONFIG_KEY, GammaTuneConfigError
 from vllm_gammatune.integration.runner_choice import (
     DrafterNotActiveError,
     confirm_plugin_drafter,
@@ -90,9 +90,14 @@ def test_worker_with_plugin_drafter_is_confirmed_and_marked():
     from vllm_gammatune.drafter.proposer import AdaptiveDraftModelProposer
 
     marked = []
-    drafter = object.__new__(AdaptiveDraftModelProposer)
+
+    class RankZeroDrafter(AdaptiveDraftModelProposer):
+        """The plugin's drafter class (no engine needed) with its metrics file."""
+
+        counters = types.SimpleNamespace(mark_drafter_confirmed=lambda: marked.append(1))
+
+    drafter = object.__new__(RankZeroDrafter)
     drafter.settings = types.SimpleNamespace(num_speculative_tokens=8)
-    drafter._counters = types.SimpleNamespace(mark_drafter_confirmed=lambda: marked.append(1))
     runner = types.SimpleNamespace(drafter=drafter)
     assert confirm_plugin_drafter(runner, _config("gammatune")) == "gammatune"
     assert marked == [1]

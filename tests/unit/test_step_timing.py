@@ -30,7 +30,7 @@ def _run_steps(timer: StepTimer, policy: RecordingPolicy, num_steps: int, syncs:
         timer.on_plan(num_scheduled_tokens=8, num_reqs=2, decode_only=True)
         timer.start_passes(first_pass_tokens=10, first_pass_is_prefill=False)
         for _ in range(3):
-            timer.on_pass(batch_size=2)
+            timer.on_pass(num_reqs=2)
         timer.end_passes()
         timer.on_step_end()
         per_step.append(len(syncs) - before)

@@ -13,7 +13,8 @@ from vllm_gammatune.policies.cost_aware.token_acceptance import (
     TokenAcceptanceModel,
     logit,
 )
-from vllm_gammatune.policies.cost_aware.token_stop import TokenPrices, rule_draft
+from vllm_gammatune.policies.cost_aware.request_state import CostAwareState
+from vllm_gammatune.policies.cost_aware.token_stop import TokenPrices, TokenStop, rule_draft
 
 CPU_TARGET = FixedLinearCost(0.10, 0.01)
 CPU_DRAFT = FixedLinearCost(0.03, 0.001)
@@ -74,22 +75,45 @@ def test_rule_at_batch_greater_than_one_shares_the_pass():
     """Two requests whose next tokens each gain less than a pass costs but
     together more: the pass runs for both; a request that alone cannot pay
     for its verification stops."""
-    policy = CostAwarePolicy(8, target_cost=CPU_TARGET, draft_cost=CPU_DRAFT)
-    states = [policy.new_state() for _ in range(3)]
-    for state in states:
-        state.ruled = True
-    policy._token_prices = TokenPrices(rate=10.0, per_token=0.01, per_pass=0.06)
+    stop = TokenStop()
+    states = [CostAwareState() for _ in range(3)]
+    step_prices = TokenPrices(rate=10.0, per_token=0.01, per_pass=0.06)
+    stop.begin_draft(states, step_prices, [True] * 3, [8] * 3, [0.5] * 3)
+    assert all(state.ruled for state in states)
     # gain of each: S * alpha_next - R * c_token = 0.6 * 0.6 - 0.1 = 0.26 > 0,
     # alone below R * c_pass = 0.6, together 0.52 still below: all stop at 1
-    assert policy.draft_on(states[:2], 1, [0.6, 0.6], [True, True]) == [1, 1]
-    for state in states:
-        state.survival, state.features, state.predicted = 1.0, [], []
+    assert stop.draft_on(states[:2], 1, [0.6, 0.6], [True, True]) == [1, 1]
+    stop.begin_draft(states, step_prices, [True] * 3, [8] * 3, [0.5] * 3)
     # three at 0.75: each gains 0.4625, together 1.39 > 0.6: every one goes on
-    assert policy.draft_on(states, 1, [0.75] * 3, [True] * 3) == [None] * 3
+    assert stop.draft_on(states, 1, [0.75] * 3, [True] * 3) == [None] * 3
     # a request that did not draft in the pass is left alone; the first,
     # alone now (0.75^3 - 0.1 = 0.32 < 0.6), cannot pay for a pass
-    assert policy.draft_on(states, 2, [0.75, 0.01, 0.75], [True, True, False]) == [
+    assert stop.draft_on(states, 2, [0.75, 0.01, 0.75], [True, True, False]) == [
         2, 1, None]
+
+
+def test_a_ruled_draft_revises_its_cycle_by_the_rules_estimate():
+    """A ruled draft is checked against the clock as the rule saw it: its
+    tokens are the survivals of the tokens kept (plus the target's), its
+    seconds those of the length drafted instead of the plan's."""
+    stop = TokenStop()
+    ruled, unruled = CostAwareState(), CostAwareState()
+    stop.begin_draft([ruled, unruled], prices(), [True, False], [2, 3], [0.5, 0.5])
+    assert ruled.planned_length == 2 and ruled.planned_tokens == pytest.approx(1.75)
+    stop.draft_on([ruled, unruled], 1, [0.9, 0.9], [True, True])
+    stop.draft_on([ruled, unruled], 2, [0.8, 0.8], [True, True])
+    stop.draft_on([ruled, unruled], 3, [0.7, 0.7], [True, True])
+    revision = stop.revision(ruled, 3)
+    survivals = [0.9, 0.9 * 0.8, 0.9 * 0.8 * 0.7]  # cold start: alpha = q
+    assert revision.accepted_tokens == pytest.approx(sum(survivals))
+    assert revision.tokens == pytest.approx(1 + sum(survivals) - 1.75)
+    assert revision.seconds == pytest.approx(1 * prices().per_token)
+    assert stop.revision(unruled, 3) is None
+    # learned, the request's offset moves; the rule is gone without prices
+    stop.learn(ruled, 3, 1)
+    assert ruled.bias != 0.0 and stop.model.num_labels == 2
+    stop.begin_draft([ruled])
+    assert not ruled.ruled and stop.seconds_per_pass == 0.0
 
 
 def _simulate_batch1(make_policy, steps: int, seed: int,

@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.verbose:
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
-    from vllm_gammatune.methods.settings import PLUGIN_METHODS
+    from vllm_gammatune.methods import PLUGIN_METHODS
 
     if args.method not in PLUGIN_METHODS:
         parser.error(f"--method: {args.method!r} is not a vllm-gammatune method; "
@@ -144,7 +144,7 @@ def _decisions(report: Report, args) -> None:
     import vllm.config.vllm as vllm_config_module
     from vllm.engine.arg_utils import EngineArgs
 
-    from vllm_gammatune.methods.settings import PLUGIN_METHODS
+    from vllm_gammatune.methods import PLUGIN_METHODS
 
     saved = vllm_config_module.HAS_TRITON
     if args.assume_triton:

@@ -169,6 +169,14 @@ INTERNALS: tuple[Internal, ...] = (
              "per-token stops (confidence, entropy) and pass timing inside vLLM's loop",
              "vLLM offers a per-token draft stop",
              params=("self", "hidden_states", "sampling_metadata")),
+    Internal("vllm.v1.spec_decode.draft_model", "DraftModelProposer.propose", "call",
+             "the draft-loop exit: once every request has stopped, the overridden "
+             "_sample_draft_tokens raises EveryRequestStopped, caught around this call; "
+             "relies on propose calling _sample_draft_tokens once per draft pass, inside "
+             "its loop, with nothing after the loop that the exception would skip but "
+             "the draft probs the drafter sets itself (_last_draft_probs)",
+             "vLLM offers a per-token draft stop",
+             params=("self", "num_speculative_tokens")),
     Internal(_PROPOSER_BASE, "SpecDecodeBaseProposer._sample_from_logits", "call",
              "draft sampling with the draft's full distribution (probabilistic drafts)",
              "vLLM offers a per-token draft stop",

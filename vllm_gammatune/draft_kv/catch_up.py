@@ -1,9 +1,9 @@
 """The drafter's side of skipping the draft model and catching it up.
 
 For a policy that ``skips_drafts`` (``gammatune_cost``), a step where every
-request plans 0 tokens runs no draft pass at all; ``draft_kv.DraftKVHoles``
+request plans 0 tokens runs no draft pass at all; ``holes.DraftKVHoles``
 records the positions the draft missed, and before a request drafts again
-``draft_kv.run_catch_up`` runs the draft over them. ``DraftCatchUp`` does
+``catch_up_passes.run_catch_up`` runs the draft over them. ``DraftCatchUp`` does
 this per step for the proposer:
 
 - ``begin_step``: each request's first and last position this step and its
@@ -22,13 +22,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vllm_gammatune.draft_kv.holes import DraftKVHoles, run_catch_up
+from vllm_gammatune.draft_kv.catch_up_passes import run_catch_up
+from vllm_gammatune.draft_kv.holes import DraftKVHoles
 from vllm_gammatune.policies.cost_aware import CATCH_UP_HORIZON_TOKENS
 
 
 @dataclass(frozen=True)
 class StepPositions:
-    """Where each request of the step stands (rows in batch order)."""
+    """Where each request of the step stands (rows in input batch order)."""
 
     #: per request, the position of its first target token this step
     starts: list[int]

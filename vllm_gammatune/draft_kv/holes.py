@@ -1,16 +1,15 @@
-"""Skipping the draft model on steps where no request drafts, and catching up.
+"""Where the draft's KV cache has holes: pure book-keeping, per request and per KV block.
 
 vLLM's draft-model proposer runs a draft forward pass every step, even at
 K = 0 (``num_speculative_tokens_per_batch_size``), because the pass over the
 step's target tokens is what writes the draft's KV cache; skipping it leaves
 holes. When every request of a step plans 0 draft tokens, the plugin skips the
 whole proposal, so the step costs what a step without speculation costs, and
-records, per request, the first position the draft has not processed
-(``DraftKVHoles``). Before such a request drafts again, ``run_catch_up`` runs
-the draft over the missed positions ``[hole, first position of this step)``
-with the committed token ids, in as few passes as the drafter's buffers allow
-(a chunked prefill of the draft); the normal first pass then covers the step's
-own tokens, and the draft KV is exact again.
+``DraftKVHoles`` records, per request, the first position the draft has not
+processed. Before such a request drafts again, the draft runs over the missed
+positions ``[hole, first position of this step)`` (``catch_up_passes``); the
+normal first pass then covers the step's own tokens, and the draft KV is
+exact again.
 
 A request that stays at 0 while others draft keeps its hole (the draft pass
 writes its new positions too, but on top of the hole, so they stay invalid
@@ -25,18 +24,21 @@ lacks draft KV (``record_blocks``); a request that inherits such a block gets
 a hole at that block's first position (``inherit``), and its catch-up rebuilds
 the draft KV there (which makes the block valid for later requests too).
 Without it, a later request sharing a prompt prefix (a system prompt, or the
-same prompt again) drafted against stale draft KV: its output was unaffected
-(the target verifies every token), but its acceptance fell (on the 2-core CPU
-a repeated two-request batch accepted 0.3-0.4 of its draft tokens instead of
-0.7-0.85).
+same prompt again) drafts against stale draft KV: its output is unaffected
+(the target verifies every token), but its acceptance falls.
+
+Why the holes live here and not in the drafter's per-request records
+(``drafter.request_records``): the per-block staleness outlives every request
+(a block a finished request wrote may be inherited from the prefix cache by a
+later one), and a request's hole and the blocks' staleness change together
+(``record_blocks`` reads the hole), so they stay one unit, tested apart from
+vLLM. The records' sweep drops the per-request part with the request
+(``forget_missing``); the per-block part is bounded by the KV cache's blocks.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
-import numpy as np
-import torch
+from collections.abc import Collection, Iterable
 
 
 class DraftKVHoles:
@@ -119,106 +121,3 @@ class DraftKVHoles:
             hole = self._hole_start.get(req_id)
             if hole is not None and (req_id in caught_up or hole >= start):
                 del self._hole_start[req_id]
-
-
-def plan_catch_up_passes(
-    segments: list[tuple[int, int, int]], capacity: int
-) -> list[list[tuple[int, int, int]]]:
-    """Split (row, start, end) segments into passes of at most ``capacity`` tokens.
-
-    A request appears at most once per pass; a segment longer than what a
-    pass has left continues in the next pass (like a chunked prefill).
-    """
-    passes: list[list[tuple[int, int, int]]] = []
-    pending = [s for s in segments if s[2] > s[1]]
-    while pending:
-        room, current, rest = capacity, [], []
-        for row, start, end in pending:
-            if room <= 0:
-                rest.append((row, start, end))
-                continue
-            take = min(end - start, room)
-            current.append((row, start, start + take))
-            room -= take
-            if start + take < end:
-                rest.append((row, start + take, end))
-        passes.append(current)
-        pending = rest
-    return passes
-
-
-def run_catch_up(proposer, common_attn_metadata, segments,
-                 token_ids_cpu: np.ndarray) -> int:
-    """Run the draft model over ``segments`` = [(batch row, start, end)] positions.
-
-    Args:
-        proposer: the vLLM ``DraftModelProposer`` (its model, buffers, KV layers).
-        common_attn_metadata: this step's target metadata (block tables, rows
-            in batch order); only its block table rows are reused.
-        token_ids_cpu: [max_num_reqs, max_model_len] vLLM's committed token ids
-            (``input_batch.token_ids_cpu``), rows in batch order.
-
-    Returns the number of positions processed.
-    """
-    from vllm.config import CUDAGraphMode
-    from vllm.forward_context import set_forward_context
-
-    cad = common_attn_metadata
-    device = proposer.device
-    block_size = proposer.block_size
-    capacity = int(proposer.input_ids.shape[0])
-    total = 0
-    for segs in plan_catch_up_passes(segments, capacity):
-        rows = torch.tensor([row for row, _, _ in segs], dtype=torch.long)
-        query_lens = [end - start for _, start, end in segs]
-        num_tokens = sum(query_lens)
-        # [num_tokens]
-        token_ids = torch.from_numpy(np.concatenate(
-            [token_ids_cpu[row, start:end] for row, start, end in segs]).astype(np.int64))
-        positions = torch.cat([torch.arange(start, end) for _, start, end in segs])
-        query_start_loc_cpu = torch.zeros(len(segs) + 1, dtype=torch.int32)
-        query_start_loc_cpu[1:] = torch.cumsum(torch.tensor(query_lens), 0)
-        # [len(segs)] context length after the pass
-        seq_lens = torch.tensor([end for _, _, end in segs], dtype=torch.int32)
-        # [len(segs), max_blocks_per_req]
-        block_table = cad.block_table_tensor[rows.to(cad.block_table_tensor.device)]
-        # [num_tokens] request index of every token
-        token_req = torch.repeat_interleave(torch.arange(len(segs)),
-                                            torch.tensor(query_lens))
-        blocks = block_table.cpu()[token_req, positions // block_size].long()
-        slot_mapping = (blocks * block_size + positions % block_size).to(device)
-        positions = positions.to(device)
-        # a fresh metadata object: only what a causal prefill chunk needs (the
-        # step's batch-sized optional fields and caches do not apply here)
-        meta = type(cad)(
-            query_start_loc=query_start_loc_cpu.to(device),
-            query_start_loc_cpu=query_start_loc_cpu,
-            seq_lens=seq_lens.to(device),
-            num_reqs=len(segs),
-            num_actual_tokens=num_tokens,
-            max_query_len=max(query_lens),
-            max_seq_len=int(seq_lens.max()),
-            block_table_tensor=block_table,
-            slot_mapping=slot_mapping,
-            causal=True,
-            positions=positions,
-            seq_lens_cpu_upper_bound=seq_lens,
-        )
-        _, per_layer_attn_metadata = proposer.build_per_group_and_layer_attn_metadata(meta)
-        proposer.input_ids[:num_tokens] = token_ids.to(device)
-        proposer._set_positions(num_tokens, positions)
-        with set_forward_context(
-            per_layer_attn_metadata,
-            proposer.vllm_config,
-            num_tokens=num_tokens,
-            num_tokens_across_dp=None,
-            cudagraph_runtime_mode=CUDAGraphMode.NONE,
-            slot_mapping=proposer._get_slot_mapping(num_tokens, slot_mapping),
-        ):
-            proposer.model(
-                input_ids=proposer.input_ids[:num_tokens],
-                positions=proposer._get_positions(num_tokens),
-                inputs_embeds=None,
-            )
-        total += num_tokens
-    return total

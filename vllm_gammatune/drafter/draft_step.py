@@ -1,24 +1,37 @@
 """One engine step's drafting: the per-token stop and what is kept of each draft.
 
-``DraftStep`` follows vLLM's draft loop position by position (the proposer's
+``DraftStep`` is the book-keeping of one ``propose`` call. It is made from
+the policy's plan (``plan_draft_step``: the planned lengths, the per-token
+stop of a policy that has one, what the verification and the trace will
+need); it follows vLLM's draft loop position by position (the proposer's
 ``_sample_draft_tokens`` feeds it every drafted position): it stops each
 request at its planned length or at its per-token stop (the policy's
 ``stop_measure`` and ``stop_threshold``, or its decision after each pass,
-``draft_on``), keeps the entropies and draft
-distributions a per-token verification needs, and says when every request
-has stopped, so that the proposer ends the loop without further draft
-forwards (``EveryRequestStopped``).
+``draft_on``), keeps the entropies and draft distributions a per-token
+verification needs, and says when every request has stopped, so that the
+proposer ends the loop without further draft forwards
+(``EveryRequestStopped``). After the loop it cuts each request's draft to
+its length (``drafts``) and hands out what is kept of it (``kept_drafts``,
+``traced_token_probs``, ``draft_probs``).
 """
 
 from __future__ import annotations
 
 import torch
 
+from vllm_gammatune.drafter.tp_agreement import same_decisions_on_every_rank
+from vllm_gammatune.policies import DraftLengthPolicy
+from vllm_gammatune.verify.kept_draft import KeptDraft
 from vllm_gammatune.verify.divergences import entropy_bits
 
 
 class EveryRequestStopped(Exception):
-    """Raised inside vLLM's draft loop once no request drafts further."""
+    """Raised inside vLLM's draft loop once no request drafts further.
+
+    The proposer raises it from its ``_sample_draft_tokens`` and catches it
+    around vLLM's ``propose``, which calls that method once per draft pass
+    and does nothing after its loop that the plugin does not do itself
+    (``compat.internals``: ``DraftModelProposer.propose``)."""
 
 
 class DraftStep:
@@ -26,7 +39,7 @@ class DraftStep:
 
     Args:
         planned: per request, how many tokens the policy asked for.
-        stop_thresholds: [batch] per-request early-stop thresholds, or None
+        stop_thresholds: [num_reqs] per-request early-stop thresholds, or None
             (the policy's ``stop_threshold``): with ``stop_on="confidence"`` a
             request stops after a token whose top draft probability is below
             its threshold (GammaTune+, AssistantThreshold); with
@@ -55,6 +68,7 @@ class DraftStep:
         token_rule=None,
         keep_token_probs: bool = False,
     ):
+        #: draft passes to run at most (the longest plan)
         self.num_steps = max(planned)
         self.token_rule = token_rule
         self.keep_token_probs = keep_token_probs
@@ -62,19 +76,20 @@ class DraftStep:
         self.stop_on = stop_on
         self.keep_entropies = keep_entropies
         self.keep_distributions = keep_distributions
-        # [batch]
+        # [num_reqs]
         self.planned = torch.tensor(planned, dtype=torch.int32, device=device)
-        # [batch] final number of draft tokens per request
+        # [num_reqs] final number of draft tokens per request
         self.lengths = self.planned.clone()
-        # [batch] True once the request drafts no further
+        # [num_reqs] True once the request drafts no further
         self.stopped = torch.zeros_like(self.planned, dtype=torch.bool)
-        # [batch] True where the request was stopped early by its threshold
+        # [num_reqs] True where the request was stopped early by its threshold
         self.stopped_early = torch.zeros_like(self.stopped)
-        self.token_ids: list[torch.Tensor] = []  # num_steps x [batch]
-        self.probs: list[torch.Tensor] = []  # vLLM's draft probs, num_steps x [batch, vocab]
-        self.distributions: list[torch.Tensor] = []  # q_i, num_steps x [batch, vocab]
-        self.entropies: list[torch.Tensor] = []  # H(q_i), num_steps x [batch]
-        # q_i(x_i), the draft's probability of its token, num_steps x [batch]
+        self.token_ids: list[torch.Tensor] = []  # num_steps x [num_reqs]
+        # vLLM's draft probs, num_steps x [num_reqs, vocab]
+        self.probs: list[torch.Tensor] = []
+        self.distributions: list[torch.Tensor] = []  # q_i, num_steps x [num_reqs, vocab]
+        self.entropies: list[torch.Tensor] = []  # H(q_i), num_steps x [num_reqs]
+        # q_i(x_i), the draft's probability of its token, num_steps x [num_reqs]
         self.token_probs: list[torch.Tensor] = []
 
     @property
@@ -104,7 +119,7 @@ class DraftStep:
         if distribution is not None:
             entropy = None
             if self.keep_entropies or self.stop_on == "entropy":
-                entropy = entropy_bits(distribution)  # [batch]
+                entropy = entropy_bits(distribution)  # [num_reqs]
             if self.keep_entropies:
                 self.entropies.append(entropy)
             if self.keep_distributions:
@@ -147,34 +162,60 @@ class DraftStep:
             self.stopped_early |= ended_mask & (self.lengths < self.planned)
             self.stopped |= ended_mask
 
+    # -- after the loop -----------------------------------------------------------
+    def drafts(self) -> list[list[int]]:
+        """Each request's draft, cut to its length (input batch order)."""
+        # [num_reqs, draft passes run]
+        rows = torch.stack(self.token_ids, dim=1).tolist()
+        return [row[:n] for row, n in zip(rows, self.lengths.tolist())]
 
-def proposed_token_probs(logits: torch.Tensor, token_ids: torch.Tensor,
-                         sampling_metadata) -> torch.Tensor:
-    """q(x): the draft's probability of the token it proposed ([batch]), at
-    each request's temperature (greedy: temperature 1, where the proposed
-    token is the top one), without building the distribution."""
-    logits = tempered_logits(logits, sampling_metadata)
-    chosen = logits.gather(-1, token_ids.long().unsqueeze(-1)).squeeze(-1)
-    return torch.exp(chosen - torch.logsumexp(logits, dim=-1))
+    def draft_probs(self) -> torch.Tensor | None:
+        """[num_reqs, draft passes run, vocab] vLLM's draft probabilities
+        (read by its rejection sampler), or None without them."""
+        if not self.probs:
+            return None
+        return torch.stack(self.probs, dim=1).contiguous()
+
+    def kept_drafts(self) -> list[KeptDraft]:
+        """Per request: q_i (relaxed modes only) and H(q_i) of its drafted tokens.
+
+        q_i is stored in bfloat16: vocab x 2 bytes per draft token (Qwen2.5's
+        151,936 entries: 297 KiB per token, 5.8 MiB for a 20-token draft); kept
+        only for AdaSD with relaxed verification, and only until that draft is
+        verified. Gen-Only keeps the entropies alone.
+        """
+        # [num_reqs, draft passes run]
+        entropies = torch.stack(self.entropies, dim=1)
+        # [num_reqs, draft passes run, vocab] or None
+        distributions = (torch.stack(self.distributions, dim=1).to(torch.bfloat16)
+                         if self.distributions else None)
+        return [KeptDraft(None if distributions is None else distributions[i, :n],
+                          entropies[i, :n])
+                for i, n in enumerate(self.lengths.tolist())]
+
+    def traced_token_probs(self) -> list[list[float]]:
+        """Per request: the draft's probability of each token of its draft."""
+        # [num_reqs, draft passes run]
+        token_probs = torch.stack(self.token_probs, dim=1).tolist()
+        return [row[:n] for row, n in zip(token_probs, self.lengths.tolist())]
 
 
-def draft_distribution(logits: torch.Tensor, sampling_metadata) -> torch.Tensor:
-    """q: the draft's softmax at each request's temperature ([batch, vocab]).
-
-    Greedy requests use temperature 1 (the plain softmax); top-k/top-p are
-    not applied to the draft, as in vLLM's own probabilistic drafting.
-    """
-    return torch.softmax(tempered_logits(logits, sampling_metadata), dim=-1)
-
-
-def tempered_logits(logits: torch.Tensor, sampling_metadata) -> torch.Tensor:
-    """[batch, vocab] float logits over each request's temperature (greedy
-    requests: 1)."""
-    logits = logits.float()
-    temperature = sampling_metadata.temperature
-    if temperature is not None and not sampling_metadata.all_greedy:
-        # [batch, 1]; vLLM marks greedy requests with a temperature <= 0
-        temperature = torch.where(temperature > 0, temperature,
-                                  torch.ones_like(temperature)).float()
-        logits = logits / temperature[: logits.shape[0]].unsqueeze(-1)
-    return logits
+def plan_draft_step(policy: DraftLengthPolicy, states: list, planned: list[int],
+                    device: torch.device, keep_token_probs: bool) -> DraftStep:
+    """The step's ``DraftStep`` for a plan: the policy's per-token stop (a
+    threshold per request, or its decision after each pass, agreed on by
+    every tensor-parallel rank) and what its verification will read."""
+    measure = policy.stop_measure
+    thresholds = None
+    if measure is not None:  # per request (AdaSD: T_G, Algorithm 1 line 6)
+        thresholds = torch.tensor([policy.stop_threshold(s) for s in states],
+                                  dtype=torch.float32, device=device)
+    token_rule = None
+    if policy.decides_per_token:
+        def token_rule(position, token_probs, active):
+            return same_decisions_on_every_rank(
+                policy.draft_on(states, position, token_probs, active), device)
+    return DraftStep(planned, device, thresholds, stop_on=measure or "confidence",
+                     keep_entropies=policy.learns_per_token,
+                     keep_distributions=policy.relaxes_verification,
+                     token_rule=token_rule, keep_token_probs=keep_token_probs)

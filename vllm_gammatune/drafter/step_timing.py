@@ -26,9 +26,8 @@ opened); the steps between are neither timed nor synchronised. The fits the
 policy keeps are averages over many samples, so a sampled subset serves them.
 
 Since the plan then depends on this process's clock, tensor-parallel ranks
-could plan differently (and a draft forward with different lengths on two
-ranks would hang their collectives): every rank drafts what rank 0 planned
-(``same_plan_on_every_rank``).
+could plan differently: every rank drafts what rank 0 planned
+(``tp_agreement``).
 """
 
 from __future__ import annotations
@@ -128,7 +127,7 @@ class StepTimer:
         self._timing_passes = False
         self._first_pass_is_prefill = False
 
-    def on_pass(self, batch_size: int) -> None:
+    def on_pass(self, num_reqs: int) -> None:
         """A draft pass has produced its logits: report it; the next pass
         (if any) runs over one token per request."""
         if not self._timing_passes:
@@ -139,36 +138,5 @@ class StepTimer:
             self._first_pass_is_prefill = False
         else:
             self.policy.observe_draft_pass(self._pass_tokens, now - self._pass_started,
-                                           batch_size)
-        self._pass_started, self._pass_tokens = now, batch_size
-
-
-def same_plan_on_every_rank(planned: list[int], device: torch.device) -> list[int]:
-    """Tensor parallelism: every rank drafts what TP rank 0 planned (one
-    small broadcast per step; nothing without tensor parallelism)."""
-    from vllm.distributed import get_tp_group
-
-    group = get_tp_group()
-    if group.world_size == 1:
-        return planned
-    # [num_reqs]
-    plan = torch.tensor(planned, dtype=torch.int64, device=device)
-    return group.broadcast(plan, src=0).tolist()
-
-
-def same_decisions_on_every_rank(decisions: list[int | None],
-                                 device: torch.device) -> list[int | None]:
-    """Tensor parallelism: every rank ends its drafts where TP rank 0's
-    per-token stop ended them (one small broadcast per draft pass). The
-    ranks' draft probabilities agree, but the stop also reads the rank's
-    own cost fits, and a rank that ran one draft pass more would wait
-    forever in its forward's all-reduce."""
-    from vllm.distributed import get_tp_group
-
-    group = get_tp_group()
-    if group.world_size == 1:
-        return decisions
-    # [num_reqs]; -1 = draft on
-    ends = torch.tensor([-1 if end is None else end for end in decisions],
-                        dtype=torch.int64, device=device)
-    return [None if end < 0 else end for end in group.broadcast(ends, src=0).tolist()]
+                                           num_reqs)
+        self._pass_started, self._pass_tokens = now, num_reqs

@@ -1,5 +1,9 @@
 """Skip vLLM's per-step draft hand-off on steps where nothing was drafted.
 
+Installed in two processes: on the worker's ``GPUModelRunner.sample_tokens``
+and on the engine core's ``Scheduler.update_from_output`` and
+``EngineCore.post_step`` (``patches.gpu_model_runner``, ``patches.engine_core``).
+
 Without async scheduling (the plugin's methods turn it off), vLLM's engine
 core asks the worker for the step's draft tokens after every executed step:
 ``EngineCore.post_step`` -> ``take_draft_token_ids``, one more round trip to
@@ -8,10 +12,9 @@ where the plugin's drafter skipped the draft model, the answer is known
 (no request has draft tokens) and changes nothing: the scheduler already
 cleared the ``spec_token_ids`` of every request it scheduled in that step
 (``Scheduler.schedule``), and requests outside the step are not in the
-answer. The round trip is of the order of a millisecond on a CPU, about 1%
-of a batched step there, and a cost-aware engine skips on most steps where
-drafting does not pay: without this, it would pay that 1% exactly where the
-method is supposed to cost what no speculation costs.
+answer. A cost-aware engine skips on most steps where drafting does not
+pay: without this, it would pay that round trip exactly where the method is
+supposed to cost what no speculation costs.
 
 How the engine core learns it without asking: the worker tags the step's
 ``ModelRunnerOutput`` (which crosses to the engine core anyway) when its

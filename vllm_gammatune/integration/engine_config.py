@@ -13,18 +13,15 @@ from typing import Any
 
 from vllm.logger import init_logger
 from vllm_gammatune.compat import pin
-from vllm_gammatune.methods.settings import (
+from vllm_gammatune.methods import (
     ADDITIONAL_CONFIG_KEY,
     GammaTuneConfigError,
     is_plugin_method,
     split_speculative_config,
 )
 from vllm_gammatune.integration.runner_choice import refuse_forced_v2
-from vllm_gammatune.telemetry.metrics import (
-    StepCounters,
-    forget_engine_counters,
-    register_engine_counters,
-)
+from vllm_gammatune.telemetry.metrics import StepCounters
+from vllm_gammatune.telemetry.prometheus import forget_engine_counters, register_engine_counters
 
 logger = init_logger(__name__)
 

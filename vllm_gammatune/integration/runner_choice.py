@@ -32,7 +32,7 @@ from __future__ import annotations
 from typing import Any
 
 from vllm.logger import init_logger
-from vllm_gammatune.methods.settings import GammaTuneConfigError, plugin_section
+from vllm_gammatune.methods import GammaTuneConfigError, plugin_section
 
 logger = init_logger(__name__)
 
@@ -116,9 +116,8 @@ def confirm_plugin_drafter(runner: Any, vllm_config: Any) -> str | None:
         "vllm-gammatune active: speculative method %r (cap %d) on %s (vLLM's V1 "
         "model runner), drafter %s", method, drafter.settings.num_speculative_tokens,
         runner_name, type(drafter).__qualname__)
-    counters = getattr(drafter, "_counters", None)  # rank 0 only
-    if counters is not None:
-        counters.mark_drafter_confirmed()
+    if drafter.counters is not None:  # rank 0 only
+        drafter.counters.mark_drafter_confirmed()
     return method
 
 

@@ -1,7 +1,45 @@
-"""vLLM's sampling step for the plugin's drafters (installed on
-``GPUModelRunner._sample`` by ``patches.gpu_model_runner``)."""
+"""vLLM's sampling step for the plugin's drafters, and the hand-off of the
+step's req_ids to AdaSD's verification.
+
+Two patches meet here (``patches.gpu_model_runner`` installs ``sample_step``
+on ``GPUModelRunner._sample``; ``patches.rejection_sampler`` installs
+``rejection_sample_step`` on the module function
+``rejection_sampler.rejection_sample``). vLLM calls the second from inside
+the first (``_sample`` -> ``RejectionSampler.forward`` -> ``rejection_sample``)
+with tensors and the ``SamplingMetadata`` only, not the step's req_ids, which
+AdaSD's verification needs to find each request's kept draft and state.
+
+How the req_ids cross: ``STEP_BEING_VERIFIED``, a context variable that
+``sample_step`` sets for the duration of vLLM's ``_sample`` and that
+``rejection_sample_step`` reads. It is the only channel that needs no vLLM
+code copied and touches no vLLM object: the one object that reaches both
+calls, the input batch's ``SamplingMetadata``, is vLLM's, is cached across
+steps and would need a tag set and cleared on every path; rebinding
+``RejectionSampler.forward`` instead would mean copying its body to pass one
+more argument. The variable is set and reset around one call (also when the
+call raises), and is read nowhere else.
+"""
 
 from __future__ import annotations
+
+import contextvars
+from dataclasses import dataclass
+
+from vllm_gammatune.verify.adasd_verifier import AdaSDVerifier
+
+
+@dataclass(frozen=True)
+class StepVerification:
+    """The verifier of the step being sampled and the step's req_ids (batch order)."""
+
+    verifier: AdaSDVerifier
+    req_ids: list[str]
+
+
+#: Set by ``sample_step`` while vLLM's ``_sample`` runs a step of a drafter
+#: with AdaSD's verification; read by ``rejection_sample_step``.
+STEP_BEING_VERIFIED: contextvars.ContextVar[StepVerification | None] = (
+    contextvars.ContextVar("vllm_gammatune_step_being_verified", default=None))
 
 
 def sample_step(original_sample, runner, logits, spec_decode_metadata):
@@ -10,14 +48,15 @@ def sample_step(original_sample, runner, logits, spec_decode_metadata):
     - A step in which no request has a draft token (every request planned 0,
       or only prefills) is sampled by vLLM's plain sampler, as a step without
       speculation is: vLLM would run its rejection sampler over zero draft
-      tokens (a bonus-token sampling plus empty rejection bookkeeping, about
-      1.7 ms per step on this CPU at batch 16, measured with
-      ``benchmarks/step_profile.py``). The output is the same: one token per
-      request, sampled from the same logits with the same generators, and
-      vLLM's bookkeeping already treats a one-column output as "no spec
-      decode tokens". Only for the plugin's drafters, so vLLM's own
-      ``draft_model`` baseline runs unchanged.
-    - AdaSD: the step's req_ids are made known to its verification.
+      tokens (a bonus-token sampling plus empty rejection bookkeeping, a
+      cost ``benchmarks/diagnostics/step_profile.py`` shows per step). The
+      output is the same:
+      one token per request, sampled from the same logits with the same
+      generators, and vLLM's bookkeeping already treats a one-column output
+      as "no spec decode tokens". Only for the plugin's drafters, so vLLM's
+      own ``draft_model`` baseline runs unchanged.
+    - AdaSD: the step's req_ids are handed to its verification
+      (``STEP_BEING_VERIFIED``).
     """
     drafter = getattr(runner, "drafter", None)
     if (spec_decode_metadata is not None
@@ -27,5 +66,18 @@ def sample_step(original_sample, runner, logits, spec_decode_metadata):
     verifier = getattr(drafter, "adasd_verifier", None)
     if verifier is None:
         return original_sample(runner, logits, spec_decode_metadata)
-    with verifier.step(runner.input_batch.req_ids):
+    token = STEP_BEING_VERIFIED.set(
+        StepVerification(verifier, list(runner.input_batch.req_ids)))
+    try:
         return original_sample(runner, logits, spec_decode_metadata)
+    finally:
+        STEP_BEING_VERIFIED.reset(token)
+
+
+def rejection_sample_step(original, *args, **kwargs):
+    """``rejection_sampler.rejection_sample``: AdaSD's verification inside a
+    step that ``sample_step`` handed over; vLLM's original otherwise."""
+    step = STEP_BEING_VERIFIED.get()
+    if step is None:
+        return original(*args, **kwargs)
+    return step.verifier.rejection_sample(step.req_ids, original, *args, **kwargs)

@@ -1,4 +1,4 @@
-"""A user's speculative_config for a plugin method: validated and split.
+"""One engine's settings for a plugin method, made from the user's speculative_config.
 
 A user writes, in ``LLM(speculative_config=...)`` or
 ``vllm serve --speculative-config '...'``::
@@ -7,53 +7,33 @@ A user writes, in ``LLM(speculative_config=...)`` or
      "gamma_init": 4, "gamma_min": 1, "eta": 0.5, "delta": 2}
 
 ``split_speculative_config`` takes such a dict apart: the plugin's own keys
-become a ``GammaTuneSettings`` (which travels to every worker inside
-``VllmConfig.additional_config[ADDITIONAL_CONFIG_KEY]``); the rest becomes the
+become a ``MethodSettings`` (the method, the cap and that method's own
+parameters, validated), which travels to every worker as a plain dict inside
+``VllmConfig.additional_config[ADDITIONAL_CONFIG_KEY]``; the rest becomes the
 dict of vLLM's built-in ``draft_model`` method, whose draft-model machinery
 (paged KV cache, scheduler, rejection sampler) the plugin drives.
 
-The methods, their parameters, defaults and validation are the registry's
-(``vllm_gammatune.methods.registry``); the names below re-export it for the modules
-that read them from here.
+Which methods exist and what each takes is the registry's
+(``methods.registry``); each parameter's default and validation are in
+``methods.parameters``.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import copy
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
-from vllm_gammatune.methods.registry import (  # noqa: F401 (re-exported)
+from vllm_gammatune.methods.parameters import GammaTuneConfigError, require_int
+from vllm_gammatune.methods.registry import (
     ALL_PLUGIN_KEYS,
-    DEFAULT_ADASD_MODE,
-    DEFAULT_ADASD_NUM_SPECULATIVE_TOKENS,
-    DEFAULT_ASSISTANT_THRESHOLD,
-    DEFAULT_CONFIDENCE_THRESHOLD,
-    DEFAULT_COST_AWARE_NUM_SPECULATIVE_TOKENS,
-    DEFAULT_DELTA,
-    DEFAULT_ETA,
-    DEFAULT_GAMMA_INIT,
-    DEFAULT_GAMMA_MIN,
-    DEFAULT_MIN_DRAFT_GAIN,
-    DEFAULT_NUM_SPECULATIVE_TOKENS,
-    DEFAULT_PROBE_BUDGET,
-    DEFAULT_PROBE_INTERVAL,
     LOSSY_METHODS,
-    METHOD_ADASD,
-    METHOD_ASSISTANT_THRESHOLD,
-    METHOD_COST_AWARE,
-    METHOD_FIXED,
-    METHOD_GAMMATUNE,
-    METHOD_GAMMATUNE_PLUS,
-    METHOD_HF_HEURISTIC,
     METHODS,
-    PLUGIN_METHODS,
-    STEP_COST_KEYS,
-    GammaTuneConfigError,
     is_plugin_method,
     methods_taking,
-    require_int,
-    resolve_parameters,
+    unknown_method_message,
 )
 from vllm_gammatune.policies import DraftLengthPolicy
 
@@ -73,58 +53,51 @@ _REFUSED_VLLM_KEYS = {
 
 
 @dataclass(frozen=True)
-class GammaTuneSettings:
-    """The plugin's validated parameters for one engine."""
+class MethodSettings:
+    """One engine's validated settings: its method, the cap on every draft,
+    and the values of that method's own parameters (``Method.parameters``,
+    no other method's)."""
 
     method: str
     num_speculative_tokens: int
-    gamma_init: int
-    gamma_min: int = DEFAULT_GAMMA_MIN
-    eta: float = DEFAULT_ETA
-    delta: int = DEFAULT_DELTA
-    confidence_threshold: float | None = None
-    #: AdaSD only: "both" | "generation" | "verification"
-    adasd_mode: str | None = None
-    #: AdaSD only: the maximum window W, in [1, num_speculative_tokens]
-    adasd_window: int | None = None
-    #: gammatune_cost only: steps at length 0 before a request probes
-    probe_interval: int | None = None
-    #: gammatune_cost only: share of engine time probes may lose
-    probe_budget: float | None = None
-    #: gammatune_cost only: predicted gain over not drafting a step needs to draft
-    min_draft_gain: float | None = None
-    #: gammatune_cost only: the per-token stop on (draft each token while it pays)
-    token_stop: bool | None = None
-    #: gammatune_cost only: fixed costs (STEP_COST_KEYS) instead of measured ones
-    fixed_step_costs: dict[str, float] | None = None
+    #: parameter name -> validated value (read-only)
+    parameters: Mapping[str, Any]
+
+    def __post_init__(self):
+        parameters = MappingProxyType(dict(self.parameters))
+        object.__setattr__(self, "parameters", parameters)
+        if self.method in METHODS and set(parameters) != set(METHODS[self.method].parameters):
+            raise ValueError(
+                f"settings of method {self.method!r} hold {sorted(parameters)}; the "
+                f"method takes {sorted(METHODS[self.method].parameters)}")
 
     @property
     def is_lossy(self) -> bool:
         return self.method in LOSSY_METHODS
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """A plain dict (``additional_config`` carries it): ``method``,
+        ``num_speculative_tokens`` and each parameter by name."""
+        return {"method": self.method, "num_speculative_tokens": self.num_speculative_tokens,
+                **copy.deepcopy(dict(self.parameters))}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> GammaTuneSettings:
-        return cls(**data)
+    def from_dict(cls, data: Mapping[str, Any]) -> MethodSettings:
+        parameters = dict(data)
+        return cls(parameters.pop("method"), parameters.pop("num_speculative_tokens"),
+                   parameters)
 
     def make_policy(self) -> DraftLengthPolicy:
+        """A new draft-length policy of this method with these values."""
         if self.method not in METHODS:
-            raise GammaTuneConfigError(_unknown_method_message(self.method))
-        return METHODS[self.method].make_policy(self)
-
-
-def _unknown_method_message(method: object) -> str:
-    return (
-        f"speculative_config['method']={method!r} is not a vllm-gammatune method; "
-        f"allowed: {', '.join(PLUGIN_METHODS)}"
-    )
+            raise GammaTuneConfigError(unknown_method_message(self.method))
+        return METHODS[self.method].build_policy(self.num_speculative_tokens,
+                                                 **self.parameters)
 
 
 def split_speculative_config(
     speculative_config: dict[str, Any], vllm_keys: frozenset[str] | set[str]
-) -> tuple[GammaTuneSettings, dict[str, Any]]:
+) -> tuple[MethodSettings, dict[str, Any]]:
     """Validate a plugin method's config; return (settings, draft_model config).
 
     Args:
@@ -137,7 +110,7 @@ def split_speculative_config(
     config = {k.replace("-", "_"): v for k, v in speculative_config.items()}
     method = config.get("method")
     if not is_plugin_method(method):
-        raise GammaTuneConfigError(_unknown_method_message(method))
+        raise GammaTuneConfigError(unknown_method_message(method))
     allowed_plugin_keys = METHODS[method].parameters
 
     for key, value in config.items():
@@ -180,9 +153,7 @@ def split_speculative_config(
         ">= 1 (the cap on every draft, gamma_max)",
         low=1,
     )
-    settings = GammaTuneSettings(
-        method=method, num_speculative_tokens=cap,
-        **resolve_parameters(METHODS[method], config, cap))
+    settings = MethodSettings(method, cap, METHODS[method].resolve(config, cap))
     draft_model_config = {
         k: v for k, v in config.items() if k not in ALL_PLUGIN_KEYS
     }
@@ -194,7 +165,7 @@ def split_speculative_config(
 def plugin_section(additional_config: dict[str, Any] | None) -> dict[str, Any]:
     """The plugin's part of ``VllmConfig.additional_config`` ({} if unused).
 
-    Layout: ``{"settings": GammaTuneSettings.to_dict(), "metrics_path": str}``.
+    Layout: ``{"settings": MethodSettings.to_dict(), "metrics_path": str}``.
     """
     if not additional_config:
         return {}
@@ -203,7 +174,7 @@ def plugin_section(additional_config: dict[str, Any] | None) -> dict[str, Any]:
 
 def settings_from_additional_config(
     additional_config: dict[str, Any] | None,
-) -> GammaTuneSettings | None:
+) -> MethodSettings | None:
     """The settings a worker finds in its VllmConfig, or None (plugin unused)."""
     data = plugin_section(additional_config).get("settings")
-    return None if data is None else GammaTuneSettings.from_dict(data)
+    return None if data is None else MethodSettings.from_dict(data)

@@ -1,10 +1,20 @@
 """Every patch of vLLM the plugin applies: one module per patched vLLM module.
 
-Each module's docstring says what it rebinds, why, and when it can go; the
-logic lives in the modules it imports (``engine_config``, ``runner_choice``,
-``runner_init``, ``acceptance``, ``draft_handoff``, ``lifecycle``,
-``cpu_fixes``). The index of every vLLM internal the plugin touches, rebinds
-included, is ``vllm_gammatune.compat.internals.INTERNALS`` (printed as
+vLLM loads the plugin (``register()``) in every process it starts, so every
+patch is applied everywhere; each module's docstring names the process where
+its rebinding matters, what it rebinds, why, and when it can go. The patches
+only rebind: the logic lives in the functions they install, in
+
+- ``vllm_gammatune.integration.engine_config`` (``arg_utils``),
+- ``vllm_gammatune.integration.runner_choice`` (``config_vllm``, ``gpu_worker``),
+- ``vllm_gammatune.integration.runner_init``, ``.sampling``, ``.lifecycle``
+  and ``.draft_handoff`` (``gpu_model_runner``),
+- ``vllm_gammatune.integration.draft_handoff`` (``engine_core``),
+- ``vllm_gammatune.integration.sampling`` and
+  ``vllm_gammatune.verify.cpu_sampling_fix`` (``rejection_sampler``).
+
+The index of every vLLM internal the plugin touches, rebinds included, is
+``vllm_gammatune.compat.internals.INTERNALS`` (printed as
 ``docs/patches.md``); ``tests/unit/test_internals.py`` keeps the two in step.
 """
 

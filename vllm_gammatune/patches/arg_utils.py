@@ -1,6 +1,10 @@
-"""Patch of ``vllm.engine.arg_utils``.
+"""Patch of ``vllm.engine.arg_utils`` (front-end process).
 
-What: ``EngineArgs.create_speculative_config`` -> ``engine_config.create_speculative_config``.
+Runs where the engine's arguments become a ``VllmConfig``: the front end
+(``LLM(...)``, ``vllm serve``), before any engine process starts.
+
+What: ``EngineArgs.create_speculative_config`` ->
+  ``integration.engine_config.create_speculative_config``.
 Why: ``SpeculativeConfig.method`` is a closed ``Literal``; the plugin's methods
   ("gammatune", ...) and keys ("gamma_init", ...) would fail pydantic
   validation. The wrapper validates them, turns them into vLLM's

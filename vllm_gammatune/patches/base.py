@@ -1,5 +1,7 @@
 """Rebinding helper: keeps the original, refuses to patch twice.
 
+Used by every patch module, in every process vLLM starts.
+
 A patch module names one vLLM attribute and the plugin function that replaces
 it; the replacement receives the original as its first argument, so no vLLM
 code is copied and the original stays reachable (``__wrapped__``). Every

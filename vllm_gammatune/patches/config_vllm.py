@@ -1,8 +1,14 @@
-"""Patch of ``vllm.config.vllm``.
+"""Patch of ``vllm.config.vllm`` (every process that reads the config).
+
+Runs wherever vLLM asks ``VllmConfig.use_v2_model_runner``: the front end
+when it validates the config, the engine core and the workers when they
+choose the model runner.
 
 What:
-- ``VllmConfig._get_v2_model_runner_unsupported_features`` -> ``runner_choice.v2_unsupported_features``.
-- ``VllmConfig._validate_v2_model_runner`` -> ``runner_choice.validate_v2_refusing_plugin_methods``.
+- ``VllmConfig._get_v2_model_runner_unsupported_features`` ->
+  ``integration.runner_choice.v2_unsupported_features``.
+- ``VllmConfig._validate_v2_model_runner`` ->
+  ``integration.runner_choice.validate_v2_refusing_plugin_methods``.
 Why: the plugin's drafter lives in vLLM's V1 model runner; on CUDA vLLM builds
   Model Runner V2 by default, where a plugin method would silently run vLLM's
   fixed-K draft model. Naming the plugin's method among V2's unsupported

@@ -1,13 +1,16 @@
-"""Patch of ``vllm.v1.engine.core`` and ``vllm.v1.core.sched.scheduler``.
+"""Patch of ``vllm.v1.engine.core`` and ``vllm.v1.core.sched.scheduler`` (engine-core process).
+
+Runs in the engine core, which schedules steps and hands them to the workers.
 
 What:
-- ``EngineCore.post_step`` -> ``draft_handoff.post_step_without_empty_handoff``.
-- ``Scheduler.update_from_output`` -> ``draft_handoff.update_from_output_noting_skipped_drafts``.
+- ``EngineCore.post_step`` -> ``integration.draft_handoff.post_step_without_empty_handoff``.
+- ``Scheduler.update_from_output`` ->
+  ``integration.draft_handoff.update_from_output_noting_skipped_drafts``.
 Why: after every executed step vLLM's engine core fetches the step's draft
-  tokens from the worker (one more round trip, ~1 ms median on the 2-core
-  CPU); after a step where the plugin's drafter skipped the draft model the
-  answer is empty and changes nothing, so the fetch is skipped. The worker
-  side (the tag on ``ModelRunnerOutput``) is in ``gpu_model_runner``.
+  tokens from the worker (one more round trip); after a step where the
+  plugin's drafter skipped the draft model the answer is empty and changes
+  nothing, so the fetch is skipped. The worker side (the tag on
+  ``ModelRunnerOutput``) is in ``gpu_model_runner``.
 Remove when: vLLM returns draft tokens with the step's output, or skips the
   fetch itself when a drafter proposes nothing.
 """

@@ -1,6 +1,8 @@
-"""Patch of ``vllm.v1.worker.gpu_worker`` (the CPU worker included: it subclasses it).
+"""Patch of ``vllm.v1.worker.gpu_worker`` (worker process; the CPU worker included: it subclasses it).
 
-What: ``Worker.load_model`` -> ``runner_choice.load_model_confirming_drafter``.
+Runs in each worker, once, when it loads the model.
+
+What: ``Worker.load_model`` -> ``integration.runner_choice.load_model_confirming_drafter``.
 Why: a plugin method must never run silently as something else. Before the
   weights load, each worker checks that its model runner built the plugin's
   drafter; if not (Model Runner V2, a future vLLM change), the engine fails

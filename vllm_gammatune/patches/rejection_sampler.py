@@ -1,11 +1,14 @@
-"""Patch of ``vllm.v1.sample.rejection_sampler``.
+"""Patch of ``vllm.v1.sample.rejection_sampler`` (worker process).
+
+Runs in each worker, inside ``GPUModelRunner._sample`` (``gpu_model_runner``).
 
 What:
-- ``expand_batch_to_tokens`` -> ``cpu_fixes.expand_batch_to_tokens``.
-- ``rejection_sample`` -> ``acceptance.rejection_sample_with_adasd``.
+- ``expand_batch_to_tokens`` -> ``verify.cpu_sampling_fix.expand_batch_to_tokens``.
+- ``rejection_sample`` -> ``integration.sampling.rejection_sample_step``.
 Why (rejection_sample): AdaSD (lossy, opt-in) accepts a mismatching draft token
-  whose JS distance to the target is below the request's T_V; outside an
-  AdaSD step the original runs unchanged.
+  whose JS distance to the target is below the request's T_V; it learns from
+  each verified token. Outside a step handed over by ``_sample`` the original
+  runs unchanged.
 Why (expand_batch_to_tokens): on the CPU (no Triton-CPU), vLLM 0.32's C++ fallback of ``expand_kernel``
   writes into a temporary int64 copy of the output, so the target's per-token
   temperature, top-k and top-p in rejection sampling are uninitialised memory:
@@ -17,9 +20,9 @@ Remove when: vLLM's ``cpu_triton_utils._expand_kernel_impl`` copies its result
 
 from vllm.v1.sample import rejection_sampler
 
-from vllm_gammatune.verify.adasd import rejection_sample_with_adasd
-from vllm_gammatune.verify.cpu_sampling_fix import expand_batch_to_tokens
+from vllm_gammatune.integration.sampling import rejection_sample_step
 from vllm_gammatune.patches.base import rebind
+from vllm_gammatune.verify.cpu_sampling_fix import expand_batch_to_tokens
 
 
 def apply() -> None:
@@ -32,6 +35,6 @@ def apply() -> None:
     rebind(
         rejection_sampler,
         "rejection_sample",
-        rejection_sample_with_adasd,
+        rejection_sample_step,
         patch_id="rejection_sampler.rejection_sample",
     )

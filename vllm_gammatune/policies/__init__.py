@@ -12,8 +12,11 @@ from vllm_gammatune.policies.cost_aware import (
     CostAwareState,
     StepDecision,
 )
-from vllm_gammatune.policies.cost_model import BatchLocalLinearCost, FixedLinearCost
-from vllm_gammatune.policies.cycle_check import CycleCheck
+from vllm_gammatune.policies.cost_aware.cycle_check import CycleCheck
+from vllm_gammatune.policies.cost_aware.linear_costs import (
+    BatchLocalLinearCost,
+    FixedLinearCost,
+)
 from vllm_gammatune.policies.gammatune import GammaTunePolicy, GammaTuneState
 
 __all__ = [

@@ -104,9 +104,10 @@ class DraftLengthPolicy(ABC):
     #: The policy decides after each draft pass which drafts go on
     #: (``draft_on``), from the draft's probability of each new token.
     decides_per_token: bool = False
-    #: The policy's check of its predictions against the clock
-    #: (``policies.cycle_check.CycleCheck``), whose drafting scale the metrics
-    #: report; None: no such check.
+    #: The policy's check of its predictions against the clock (an object
+    #: with ``is_informed(num_reqs)`` and ``drafting_scale(num_reqs)``, as
+    #: ``policies.cost_aware.cycle_check.CycleCheck``), whose drafting scale
+    #: the metrics report; None: no such check.
     cycle_check = None
 
     def __init__(self, max_num_draft_tokens: int):

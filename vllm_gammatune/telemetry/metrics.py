@@ -2,98 +2,187 @@
 
 vLLM's counters (drafts, draft tokens, accepted tokens, per position) stay as
 they are: the plugin hands the scheduler per-request draft lists, and vLLM
-counts them itself.
-
-The plugin adds, per engine:
-
-- ``vllm:gammatune_draft_length`` (histogram): tokens actually drafted per
-  request per step (after confidence stops), so its mean is the mean draft
-  length and its buckets the distribution;
-- ``vllm:gammatune_planned_draft_tokens`` (counter): tokens the policy asked
-  for; planned minus drafted is what confidence stops saved;
-- ``vllm:gammatune_confidence_stops`` (counter): drafts ended early because
-  the draft's top probability fell below the threshold;
-- ``vllm:gammatune_stopped_draft_tokens`` (counter): draft tokens a
-  per-token stop cut from the planned drafts (a confidence or entropy
-  threshold, or ``gammatune_cost``'s rule that the next token would not
-  pay); for ``gammatune_cost``, whose drafts may run to the cap, its share
-  of the planned tokens is the share the rule stopped;
-- ``vllm:gammatune_draft_forward_passes`` (counter): batched draft-model
-  forwards the drafter ran (vLLM's fixed-K drafter runs K per step);
-- ``vllm:gammatune_tracked_requests`` (gauge): requests with policy state in
-  the worker;
-- ``vllm:gammatune_plugin_time_us`` (counter): microseconds in the plugin's
-  own drafter code (its overhead, apart from the draft model);
-- ``gammatune_cost`` only: ``vllm:gammatune_cost_drafting_scale`` (gauge),
-  the measured efficiency of drafted steps against skipped ones relative to
-  the cost model, at the batch size of the last step where the check had
-  evidence (enough drafted cycles; 1 before any: the model holds;
-  below 1: drafting did worse than modelled and the policy discounts it;
-  ``policies.cycle_check``);
-- ``vllm:gammatune_info`` (gauge, 1): present once the rank-0 worker has
-  confirmed that it built the plugin's drafter, labelled with the method,
-  the runner (``v1``) and the drafter class; absent before, so a scrape
-  that lacks it means the plugin is not (yet) drafting for this engine;
-- AdaSD only: ``vllm:gammatune_adasd_entropy_stops`` and
-  ``..._relaxed_acceptances`` (counters), ``..._mean_generation_threshold``
-  and ``..._mean_verification_threshold`` (gauges, mean over verifications).
+counts them itself. The plugin's own metrics are declared once, in
+``METRICS``: each ``Metric`` gives its Prometheus name, kind, help text, the
+field of the counter file it reads and how that field is scaled. The file's
+layout (``FIELDS``), the Prometheus collector (``telemetry.prometheus``) and
+the reading side (``plugin_counts`` and ``plugin_gauges`` for
+``LLM.get_metrics()``, ``StepCounters.counts`` for the file) are derived from
+that table.
 
 Transport. The numbers are made in the worker (the drafter), but
 ``LLM.get_metrics()`` and ``/metrics`` read the Prometheus registry of the
 front-end process, and vLLM's stats messages between the processes have a
 fixed schema. So the front end creates a small file of int64 counters
 (``StepCounters.create``), passes its path to the workers inside
-``additional_config``, the rank-0 worker updates it in place through ``mmap``,
-and a Prometheus collector in the front end reads it at scrape time. One
-writer, readers tolerate a torn read of a single counter (it is monotonic).
-This works wherever the front end and the rank-0 worker share a file system
-(one machine, including Ray and multiprocess executors on one node).
+``additional_config``, the rank-0 worker of each engine core updates it in
+place through ``mmap``, and a Prometheus collector in the front end
+(``telemetry.prometheus``) reads it at scrape time. This works wherever the
+front end and the rank-0 workers share a file system (one machine, including
+Ray and multiprocess executors on one node).
+
+Several writers: a lock, not a file per engine. With data parallelism every
+engine core has its own rank-0 worker, and all of them attach the one file
+the front end passed. Each write (one step, one verification) holds an
+exclusive ``fcntl.flock`` on the file around its read-modify-write, so no
+update is lost; a scrape holds a shared lock, so it sees whole steps. The
+file then holds the sum over engines: counters add, and so do the per-writer
+totals a writer would otherwise overwrite (``tracked_requests``, the
+plugin's time): each writer adds the change of its own total. The drafting
+scale describes one engine's state; it holds the last writer's value.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
+import fcntl
 import mmap
 import os
 import struct
 import tempfile
 import threading
 import uuid
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 
-_HEADER_FIELDS = (
-    "num_drafts",
-    "num_draft_tokens",
-    "num_planned_draft_tokens",
-    "num_confidence_stops",
-    "tracked_requests",
-    "num_draft_forward_passes",
-    "num_entropy_stops",
-    "num_relaxed_acceptances",
-    "generation_threshold_micro_sum",
-    "verification_threshold_micro_sum",
-    "num_threshold_samples",
-    "plugin_micros",
-    "num_skipped_draft_steps",
-    "num_catch_up_tokens",
-    "num_steps",
-    "drafting_scale_milli",
-    "drafter_confirmed",
-    "num_stopped_draft_tokens",
+
+@dataclass(frozen=True)
+class Metric:
+    """One metric of the plugin, and where its value comes from."""
+
+    #: Prometheus name (``vllm:gammatune_*``)
+    name: str
+    #: "counter", "gauge" or "histogram"
+    kind: str
+    help: str
+    #: the counter-file field it reads (a histogram: its sum; its buckets are
+    #: the file's draft-length histogram)
+    field: str
+    #: its name among the plugin's counts (``plugin_counts``, ``StepCounters.counts``)
+    count: str
+    #: the field holds ``round(value * scale)``
+    scale: float = 1
+    #: a mean: the field (a sum) over this field (the number of samples)
+    per: str | None = None
+    #: reported only once the field is non-zero
+    when_set: bool = False
+    #: labels beside vLLM's ``model_name`` and ``engine`` (``prometheus.INFO_LABELS``)
+    labels: tuple[str, ...] = ()
+
+    def value(self, fields: Mapping[str, int]) -> int | float | None:
+        """Its value from the file's fields (None: not reported)."""
+        raw = fields[self.field]
+        if self.when_set and not raw:
+            return None
+        if self.per is not None:
+            return raw / self.scale / max(1, fields[self.per])
+        return raw if self.scale == 1 else raw / self.scale
+
+
+#: Every metric of the plugin, in the order a scrape lists them.
+METRICS: tuple[Metric, ...] = (
+    Metric("vllm:gammatune_draft_length", "histogram",
+           "Tokens drafted per request per step by vllm-gammatune's adaptive "
+           "methods (after confidence stops).",
+           "num_draft_tokens", "draft_length"),
+    Metric("vllm:gammatune_planned_draft_tokens", "counter",
+           "Draft tokens the draft-length policy asked for.",
+           "num_planned_draft_tokens", "planned_draft_tokens"),
+    Metric("vllm:gammatune_confidence_stops", "counter",
+           "Drafts ended early because the draft's top probability fell below "
+           "the confidence threshold.",
+           "num_confidence_stops", "confidence_stops"),
+    Metric("vllm:gammatune_draft_forward_passes", "counter",
+           "Batched forward passes of the draft model run by the plugin's drafter.",
+           "num_draft_forward_passes", "draft_forward_passes"),
+    Metric("vllm:gammatune_tracked_requests", "gauge",
+           "Requests with draft-length state held by the plugin.",
+           "tracked_requests", "tracked_requests"),
+    Metric("vllm:gammatune_adasd_entropy_stops", "counter",
+           "AdaSD drafts ended because the draft entropy exceeded T_G.",
+           "num_entropy_stops", "entropy_stops"),
+    Metric("vllm:gammatune_adasd_relaxed_acceptances", "counter",
+           "AdaSD draft tokens accepted although they differ from the target's "
+           "(JS distance below T_V): the lossy part.",
+           "num_relaxed_acceptances", "relaxed_acceptances"),
+    Metric("vllm:gammatune_adasd_mean_generation_threshold", "gauge",
+           "AdaSD: mean T_G (bits) over all verifications so far.",
+           "generation_threshold_micro_sum", "mean_generation_threshold",
+           scale=1e6, per="num_threshold_samples"),
+    Metric("vllm:gammatune_adasd_mean_verification_threshold", "gauge",
+           "AdaSD: mean T_V over all verifications so far.",
+           "verification_threshold_micro_sum", "mean_verification_threshold",
+           scale=1e6, per="num_threshold_samples"),
+    # microseconds, not seconds: LLM.get_metrics() reads counters as ints
+    Metric("vllm:gammatune_plugin_time_us", "counter",
+           "Microseconds in the plugin's own drafter code (planning, observing, "
+           "cutting drafts), not in the draft model.",
+           "plugin_micros", "plugin_time_us"),
+    Metric("vllm:gammatune_skipped_draft_steps", "counter",
+           "Engine steps where no request drafted and the draft model did not run "
+           "(gammatune_cost).",
+           "num_skipped_draft_steps", "skipped_draft_steps"),
+    Metric("vllm:gammatune_catch_up_tokens", "counter",
+           "Positions the draft model processed to catch up after skipped steps.",
+           "num_catch_up_tokens", "catch_up_tokens"),
+    Metric("vllm:gammatune_steps", "counter",
+           "Engine steps seen by the plugin's drafter (plugin_time_us / steps = "
+           "the plugin's own time per step).",
+           "num_steps", "plugin_steps"),
+    Metric("vllm:gammatune_stopped_draft_tokens", "counter",
+           "Draft tokens a per-token stop cut from the planned drafts (confidence or "
+           "entropy threshold, or gammatune_cost's rule that the next token would not pay).",
+           "num_stopped_draft_tokens", "stopped_draft_tokens"),
+    Metric("vllm:gammatune_cost_drafting_scale", "gauge",
+           "gammatune_cost: measured efficiency of drafted steps over skipped ones, "
+           "relative to the cost model, at the batch size of the last step with enough "
+           "measured cycles (1: the model holds; below 1: drafting is discounted by this "
+           "factor).",
+           "drafting_scale_milli", "drafting_scale", scale=1000, when_set=True),
+    Metric("vllm:gammatune_info", "gauge",
+           "1 once the worker confirmed it runs vllm-gammatune's drafter: the "
+           "method, the model runner and the drafter class.",
+           "drafter_confirmed", "drafter_confirmed", when_set=True,
+           labels=("method", "runner", "drafter")),
 )
-#: header field -> its slot in the file (fields are addressed by name)
-_SLOT = {name: slot for slot, name in enumerate(_HEADER_FIELDS)}
+
+#: The counter file's int64 fields, in file order; the draft-length
+#: histogram (``draft_length_counts[0..max_num_draft_tokens]``) follows them.
+FIELDS: tuple[str, ...] = tuple(dict.fromkeys(
+    name for metric in METRICS for name in (metric.field, metric.per) if name))
+_SLOT = {name: slot for slot, name in enumerate(FIELDS)}
+_SCALE = {metric.field: metric.scale for metric in METRICS}
 _INT64 = struct.Struct("<q")
 
 
+def plugin_counts(metrics: Iterable) -> dict[str, float]:
+    """The plugin's counters by count name (``Metric.count``), from
+    ``LLM.get_metrics()``-style values (each with ``.name`` and ``.value``);
+    0.0 for a counter the engine does not export."""
+    return _values_by_count(metrics, "counter", 0.0)
+
+
+def plugin_gauges(metrics: Iterable) -> dict[str, float | None]:
+    """The plugin's gauges by count name, like ``plugin_counts``; None for a
+    gauge the engine does not export (or not yet)."""
+    return _values_by_count(metrics, "gauge", None)
+
+
+def _values_by_count(metrics: Iterable, kind: str, absent: float | None) -> dict:
+    by_name = {m.name: m for m in metrics}
+    return {metric.count: float(by_name[metric.name].value) if metric.name in by_name
+            else absent for metric in METRICS if metric.kind == kind}
+
+
 class StepCounters:
-    """int64 counters in a memory-mapped file: header fields, then a histogram
+    """int64 counters in a memory-mapped file: ``FIELDS``, then a histogram
     ``draft_length_counts[0..max_num_draft_tokens]``."""
 
     def __init__(self, path: str, max_num_draft_tokens: int, *, owner: bool):
         self.path = path
         self.max_num_draft_tokens = max_num_draft_tokens
-        self._num_fields = len(_HEADER_FIELDS) + max_num_draft_tokens + 1
-        size = self._num_fields * _INT64.size
+        size = (len(FIELDS) + max_num_draft_tokens + 1) * _INT64.size
         if owner:
             with open(path, "wb") as f:
                 f.write(b"\0" * size)
@@ -105,6 +194,9 @@ class StepCounters:
         self._file = open(path, "r+b")
         self._map = mmap.mmap(self._file.fileno(), size)
         self._owner = owner
+        #: this writer's own totals of the fields that sum over writers
+        self._own_totals: dict[str, int] = {}
+        self._thread_lock = threading.Lock()
 
     @classmethod
     def create(cls, max_num_draft_tokens: int) -> StepCounters:
@@ -119,6 +211,17 @@ class StepCounters:
     def attach(cls, path: str, max_num_draft_tokens: int) -> StepCounters:
         return cls(path, max_num_draft_tokens, owner=False)
 
+    @contextlib.contextmanager
+    def _locked(self, operation: int = fcntl.LOCK_EX) -> Iterator[None]:
+        """Hold the file's lock (exclusive: writing; shared: reading), which
+        every process's ``StepCounters`` on this file takes."""
+        with self._thread_lock:
+            fcntl.flock(self._file.fileno(), operation)
+            try:
+                yield
+            finally:
+                fcntl.flock(self._file.fileno(), fcntl.LOCK_UN)
+
     def _read(self, slot: int) -> int:
         return _INT64.unpack_from(self._map, slot * _INT64.size)[0]
 
@@ -127,11 +230,23 @@ class StepCounters:
         _INT64.pack_into(self._map, offset, _INT64.unpack_from(self._map, offset)[0] + value)
 
     def _add(self, field: str, value: int) -> None:
-        """Add to the header field named ``field`` (one of ``_HEADER_FIELDS``)."""
+        """Add to the field named ``field`` (one of ``FIELDS``)."""
         self._add_at(_SLOT[field], value)
 
     def _set(self, field: str, value: int) -> None:
         _INT64.pack_into(self._map, _SLOT[field] * _INT64.size, value)
+
+    def _set_scaled(self, field: str, value: float) -> None:
+        """Set ``field`` to ``value`` in the field's scale (``Metric.scale``)."""
+        self._set(field, round(value * _SCALE[field]))
+
+    def _add_scaled(self, field: str, value: float) -> None:
+        self._add(field, round(value * _SCALE[field]))
+
+    def _set_own_total(self, field: str, total: int) -> None:
+        """Make this writer's share of ``field`` ``total`` (the file sums writers)."""
+        self._add(field, total - self._own_totals.get(field, 0))
+        self._own_totals[field] = total
 
     def record_step(
         self,
@@ -147,33 +262,39 @@ class StepCounters:
         drafting_scale: float | None = None,
         num_stopped_draft_tokens: int = 0,
     ) -> None:
-        """Add one drafting step (one entry per request that drafted)."""
-        base = len(_HEADER_FIELDS)  # the histogram follows the header
-        for length in num_draft_tokens_per_request:
-            self._add_at(base + min(length, self.max_num_draft_tokens), 1)
-        self._add("num_drafts", len(num_draft_tokens_per_request))
-        self._add("num_draft_tokens", sum(num_draft_tokens_per_request))
-        self._add("num_planned_draft_tokens", num_planned_draft_tokens)
-        self._add("num_confidence_stops", num_confidence_stops)
-        self._set("tracked_requests", tracked_requests)
-        self._add("num_draft_forward_passes", num_draft_forward_passes)
-        self._add("num_entropy_stops", num_entropy_stops)
-        if policy_seconds is not None:
-            self._set("plugin_micros", round(policy_seconds * 1e6))
-        self._add("num_skipped_draft_steps", num_skipped_draft_steps)
-        self._add("num_catch_up_tokens", num_catch_up_tokens)
-        self._add("num_steps", 1)
-        self._add("num_stopped_draft_tokens", num_stopped_draft_tokens)
-        if drafting_scale is not None:
-            self._set("drafting_scale_milli", round(drafting_scale * 1000))
+        """Add one drafting step (one entry per request that drafted).
+
+        ``policy_seconds``: the drafter's own time so far (a total).
+        """
+        base = len(FIELDS)  # the histogram follows the fields
+        with self._locked():
+            for length in num_draft_tokens_per_request:
+                self._add_at(base + min(length, self.max_num_draft_tokens), 1)
+            self._add("num_draft_tokens", sum(num_draft_tokens_per_request))
+            self._add("num_planned_draft_tokens", num_planned_draft_tokens)
+            self._add("num_confidence_stops", num_confidence_stops)
+            self._set_own_total("tracked_requests", tracked_requests)
+            self._add("num_draft_forward_passes", num_draft_forward_passes)
+            self._add("num_entropy_stops", num_entropy_stops)
+            if policy_seconds is not None:
+                # the metric counts microseconds
+                self._set_own_total("plugin_micros", round(policy_seconds * 1e6))
+            self._add("num_skipped_draft_steps", num_skipped_draft_steps)
+            self._add("num_catch_up_tokens", num_catch_up_tokens)
+            self._add("num_steps", 1)
+            self._add("num_stopped_draft_tokens", num_stopped_draft_tokens)
+            if drafting_scale is not None:
+                self._set_scaled("drafting_scale_milli", drafting_scale)
 
     def mark_drafter_confirmed(self) -> None:
         """The worker confirmed it built the plugin's drafter (``runner_choice``)."""
-        self._set("drafter_confirmed", 1)
+        with self._locked():
+            self._set("drafter_confirmed", 1)
 
     def set_tracked_requests(self, tracked_requests: int) -> None:
         """The number of requests with policy state, between drafting steps."""
-        self._set("tracked_requests", tracked_requests)
+        with self._locked():
+            self._set_own_total("tracked_requests", tracked_requests)
 
     def record_verification(
         self,
@@ -182,19 +303,28 @@ class StepCounters:
         verification_thresholds: list[float],
     ) -> None:
         """AdaSD: relaxed acceptances and the thresholds in force (one per request)."""
-        self._add("num_relaxed_acceptances", num_relaxed_acceptances)
         finite = [t for t in generation_thresholds if t != float("inf")]
-        self._add("generation_threshold_micro_sum", round(sum(finite) * 1e6))
-        self._add("verification_threshold_micro_sum", round(sum(verification_thresholds) * 1e6))
-        self._add("num_threshold_samples", len(verification_thresholds))
+        with self._locked():
+            self._add("num_relaxed_acceptances", num_relaxed_acceptances)
+            self._add_scaled("generation_threshold_micro_sum", sum(finite))
+            self._add_scaled("verification_threshold_micro_sum", sum(verification_thresholds))
+            self._add("num_threshold_samples", len(verification_thresholds))
 
     def snapshot(self) -> dict[str, object]:
-        values = {name: self._read(i) for i, name in enumerate(_HEADER_FIELDS)}
-        base = len(_HEADER_FIELDS)
-        values["draft_length_counts"] = [
-            self._read(base + k) for k in range(self.max_num_draft_tokens + 1)
-        ]
+        """Every field by name, and ``draft_length_counts``."""
+        base = len(FIELDS)
+        with self._locked(fcntl.LOCK_SH):
+            values: dict[str, object] = {name: self._read(i) for i, name in enumerate(FIELDS)}
+            values["draft_length_counts"] = [
+                self._read(base + k) for k in range(self.max_num_draft_tokens + 1)
+            ]
         return values
+
+    def counts(self) -> dict[str, float]:
+        """The counters as ``plugin_counts`` reads them from this engine's metrics."""
+        values = self.snapshot()
+        return {metric.count: float(metric.value(values)) for metric in METRICS
+                if metric.kind == "counter"}
 
     def remove(self) -> None:
         try:
@@ -203,179 +333,3 @@ class StepCounters:
         finally:
             if self._owner and os.path.exists(self.path):
                 os.unlink(self.path)
-
-
-class _PrometheusCollector:
-    """Reads every live engine's counters at scrape time (front end only)."""
-
-    def __init__(self):
-        #: engine -> (counters, model_name, method)
-        self._engines: dict[str, tuple[StepCounters, str, str]] = {}
-        self._lock = threading.Lock()
-
-    def add(self, engine: str, counters: StepCounters, model_name: str, method: str) -> None:
-        with self._lock:
-            self._engines[engine] = (counters, model_name, method)
-
-    def collect(self):
-        from prometheus_client.core import (
-            CounterMetricFamily,
-            GaugeMetricFamily,
-            HistogramMetricFamily,
-        )
-
-        labels = ["model_name", "engine"]
-        length = HistogramMetricFamily(
-            "vllm:gammatune_draft_length",
-            "Tokens drafted per request per step by vllm-gammatune's adaptive "
-            "methods (after confidence stops).",
-            labels=labels,
-        )
-        planned = CounterMetricFamily(
-            "vllm:gammatune_planned_draft_tokens",
-            "Draft tokens the draft-length policy asked for.",
-            labels=labels,
-        )
-        stops = CounterMetricFamily(
-            "vllm:gammatune_confidence_stops",
-            "Drafts ended early because the draft's top probability fell below "
-            "the confidence threshold.",
-            labels=labels,
-        )
-        entropy_stops = CounterMetricFamily(
-            "vllm:gammatune_adasd_entropy_stops",
-            "AdaSD drafts ended because the draft entropy exceeded T_G.",
-            labels=labels,
-        )
-        relaxed = CounterMetricFamily(
-            "vllm:gammatune_adasd_relaxed_acceptances",
-            "AdaSD draft tokens accepted although they differ from the target's "
-            "(JS distance below T_V): the lossy part.",
-            labels=labels,
-        )
-        mean_tg = GaugeMetricFamily(
-            "vllm:gammatune_adasd_mean_generation_threshold",
-            "AdaSD: mean T_G (bits) over all verifications so far.",
-            labels=labels,
-        )
-        mean_tv = GaugeMetricFamily(
-            "vllm:gammatune_adasd_mean_verification_threshold",
-            "AdaSD: mean T_V over all verifications so far.",
-            labels=labels,
-        )
-        plugin_seconds = CounterMetricFamily(
-            # microseconds, not seconds: LLM.get_metrics() reads counters as ints
-            "vllm:gammatune_plugin_time_us",
-            "Microseconds in the plugin's own drafter code (planning, observing, "
-            "cutting drafts), not in the draft model.",
-            labels=labels,
-        )
-        forwards = CounterMetricFamily(
-            "vllm:gammatune_draft_forward_passes",
-            "Batched forward passes of the draft model run by the plugin's drafter.",
-            labels=labels,
-        )
-        skipped = CounterMetricFamily(
-            "vllm:gammatune_skipped_draft_steps",
-            "Engine steps where no request drafted and the draft model did not run "
-            "(gammatune_cost).",
-            labels=labels,
-        )
-        catch_up = CounterMetricFamily(
-            "vllm:gammatune_catch_up_tokens",
-            "Positions the draft model processed to catch up after skipped steps.",
-            labels=labels,
-        )
-        stopped_tokens = CounterMetricFamily(
-            "vllm:gammatune_stopped_draft_tokens",
-            "Draft tokens a per-token stop cut from the planned drafts (confidence or "
-            "entropy threshold, or gammatune_cost's rule that the next token would not pay).",
-            labels=labels,
-        )
-        steps = CounterMetricFamily(
-            "vllm:gammatune_steps",
-            "Engine steps seen by the plugin's drafter (plugin_time_us / steps = "
-            "the plugin's own time per step).",
-            labels=labels,
-        )
-        drafting_scale = GaugeMetricFamily(
-            "vllm:gammatune_cost_drafting_scale",
-            "gammatune_cost: measured efficiency of drafted steps over skipped ones, "
-            "relative to the cost model, at the batch size of the last step with enough "
-            "measured cycles (1: the model holds; below 1: drafting is discounted by this "
-            "factor).",
-            labels=labels,
-        )
-        tracked = GaugeMetricFamily(
-            "vllm:gammatune_tracked_requests",
-            "Requests with draft-length state held by the plugin.",
-            labels=labels,
-        )
-        info = GaugeMetricFamily(
-            "vllm:gammatune_info",
-            "1 once the worker confirmed it runs vllm-gammatune's drafter: the "
-            "method, the model runner and the drafter class.",
-            labels=[*labels, "method", "runner", "drafter"],
-        )
-        with self._lock:
-            engines = list(self._engines.items())
-        for engine, (counters, model_name, method) in engines:
-            try:
-                snap = counters.snapshot()
-            except ValueError:  # closed
-                continue
-            label_values = [model_name, engine]
-            cumulative, buckets = 0, []
-            for k, count in enumerate(snap["draft_length_counts"]):
-                cumulative += count
-                buckets.append((str(float(k)), cumulative))
-            buckets.append(("+Inf", cumulative))
-            length.add_metric(label_values, buckets, float(snap["num_draft_tokens"]))
-            planned.add_metric(label_values, snap["num_planned_draft_tokens"])
-            stops.add_metric(label_values, snap["num_confidence_stops"])
-            tracked.add_metric(label_values, snap["tracked_requests"])
-            forwards.add_metric(label_values, snap["num_draft_forward_passes"])
-            entropy_stops.add_metric(label_values, snap["num_entropy_stops"])
-            relaxed.add_metric(label_values, snap["num_relaxed_acceptances"])
-            samples = max(1, snap["num_threshold_samples"])
-            mean_tg.add_metric(label_values, snap["generation_threshold_micro_sum"] / 1e6 / samples)
-            mean_tv.add_metric(label_values, snap["verification_threshold_micro_sum"] / 1e6 / samples)
-            plugin_seconds.add_metric(label_values, snap["plugin_micros"])
-            skipped.add_metric(label_values, snap["num_skipped_draft_steps"])
-            catch_up.add_metric(label_values, snap["num_catch_up_tokens"])
-            steps.add_metric(label_values, snap["num_steps"])
-            stopped_tokens.add_metric(label_values, snap["num_stopped_draft_tokens"])
-            if snap["drafter_confirmed"]:
-                info.add_metric([*label_values, method, "v1", "AdaptiveDraftModelProposer"], 1)
-            if snap["drafting_scale_milli"]:
-                drafting_scale.add_metric(label_values, snap["drafting_scale_milli"] / 1000)
-        yield from (length, planned, stops, forwards, tracked, entropy_stops, relaxed,
-                    mean_tg, mean_tv, plugin_seconds, skipped, catch_up, steps,
-                    stopped_tokens, drafting_scale, info)
-
-
-_collector: _PrometheusCollector | None = None
-
-
-def register_engine_counters(counters: StepCounters, model_name: str, method: str) -> None:
-    """Expose an engine's counters on this process's Prometheus registry.
-
-    Like vLLM, which unregisters the previous engine's metrics when a new
-    engine starts in the same process, only the newest engine is reported
-    (with vLLM's own labels: ``model_name`` and ``engine="0"``).
-    """
-    global _collector
-    from prometheus_client import REGISTRY
-
-    if _collector is None:
-        _collector = _PrometheusCollector()
-        REGISTRY.register(_collector)
-    forget_engine_counters()
-    _collector.add("0", counters, model_name, method)
-
-
-def forget_engine_counters() -> None:
-    """Stop reporting earlier engines (a new engine without the plugin starts)."""
-    if _collector is not None:
-        with _collector._lock:
-            _collector._engines.clear()

@@ -23,16 +23,16 @@ import torch
 
 def expand_batch_to_tokens(
     original,
-    x: torch.Tensor,  # [batch_size]
-    cu_num_tokens: torch.Tensor,  # [batch_size]
+    x: torch.Tensor,  # [num_reqs]
+    cu_num_tokens: torch.Tensor,  # [num_reqs]
     num_tokens: int,
     replace_from: int = 0,
     replace_to: int = 0,
 ) -> torch.Tensor:
-    """[batch_size] -> [num_tokens], each value repeated for its request's tokens."""
+    """[num_reqs] -> [num_tokens], each value repeated for its request's tokens."""
     if x.device.type != "cpu":
         return original(x, cu_num_tokens, num_tokens, replace_from, replace_to)
-    # [batch_size] tokens per request
+    # [num_reqs] tokens per request
     counts = torch.diff(cu_num_tokens.long(), prepend=cu_num_tokens.new_zeros(1).long())
     # [num_tokens]
     expanded = torch.repeat_interleave(x, counts, output_size=num_tokens)

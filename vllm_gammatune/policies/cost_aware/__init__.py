@@ -1,19 +1,25 @@
-"""The cost-aware policy (``gammatune_cost``), one module per concern:
+"""The cost-aware policy (``gammatune_cost``): ``CostAwarePolicy`` and the
+parts it owns, one module each:
 
 - ``policy``: ``CostAwarePolicy``, the order in which a step's plan is made;
-- ``acceptance``: each request's acceptance rate;
-- ``planner``: the lengths that maximise expected tokens per second;
-- ``probing``: which requests at length 0 probe, within a budget;
-- ``catch_up_pricing``: what a catch-up costs a plan, when a prompt chunk drafts;
-- ``decision``: the record of each step's decision, for traces.
-
-Its cost fits and its check against the clock are ``policies.cost_model``
-and ``policies.cycle_check``.
+- ``linear_costs``: the online linear fits of a pass's seconds;
+- ``step_costs``: the policy's target, draft and catch-up fits, and the
+  costs of one step they give;
+- ``cycle_check``: the check of the plan's predictions against the clock;
+- ``acceptance_rates``: each request's acceptance rate;
+- ``planner``: the lengths that maximise expected tokens per second, and
+  each request's share of a catch-up (pure functions);
+- ``probe_scheduler``: which requests at length 0 probe, within a budget;
+- ``prompt_chunks``: when a step with a prompt chunk drafts;
+- ``token_stop`` and ``token_acceptance``: the per-token stop and the
+  estimate of each draft token's acceptance it rests on;
+- ``decision``: the record of each step's decision, for traces;
+- ``request_state``: a request's state under the policy.
 """
 
-from vllm_gammatune.policies.cost_aware.catch_up_pricing import CATCH_UP_HORIZON_TOKENS
 from vllm_gammatune.policies.cost_aware.decision import StepDecision
+from vllm_gammatune.policies.cost_aware.planner import CATCH_UP_HORIZON_TOKENS
 from vllm_gammatune.policies.cost_aware.policy import CostAwarePolicy
-from vllm_gammatune.policies.cost_aware.state import CostAwareState
+from vllm_gammatune.policies.cost_aware.request_state import CostAwareState
 
 __all__ = ["CATCH_UP_HORIZON_TOKENS", "CostAwarePolicy", "CostAwareState", "StepDecision"]

@@ -1,16 +1,24 @@
 """The record of what one step's plan decided and why, for traces.
 
-``plan_batch`` keeps what it chose (``_decide``); the ``StepDecision`` is
-built from it only when read (``last_decision``): the proposer reads it only
-when a trace is written, and building it on every step costs about a tenth
-of the plan's time. It is read before the next plan: the catch-up price,
-the shares and the drafting scale it reports are read at that time, and
-nothing changes them between a plan and the next.
+``plan_batch`` keeps what it chose (``PlannedStep``); the ``StepDecision``
+is built from it only when read (``last_decision``): the proposer reads it
+only when a trace is written, and building it on every step costs about a
+tenth of the plan's time. It is read before the next plan: the catch-up
+price, the drafting share (``DraftingShare``) and the drafting scale it
+reports are read at that time, and nothing changes them between a plan and
+the next.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from vllm_gammatune.policies.base import BatchView
+from vllm_gammatune.policies.cost_aware.cycle_check import MeasuredCycle
+
+#: weight kept per step by the share of steps that drafted for their own
+#: sake (a window of about 50 steps)
+_DRAFTING_SHARE_MEMORY = 0.98
 
 
 @dataclass(frozen=True)
@@ -58,43 +66,56 @@ class StepDecision:
     step_costs: tuple[float, float, float, float]
 
 
-class DecisionRecord:
-    """Keeps the last plan's choice; builds its ``StepDecision`` on demand.
+@dataclass(frozen=True)
+class PlannedStep:
+    """What one ``plan_batch`` chose, kept until its ``StepDecision`` is read."""
 
-    A part of ``CostAwarePolicy``: reads its catch-up price, drafting share
-    and check against the clock.
-    """
+    kind: str
+    #: [num_reqs] the lengths planned, probes included
+    lengths: list[int]
+    #: [num_reqs] which requests probe
+    probes: list[bool]
+    batch: BatchView
+    predicted_tokens: float
+    predicted_seconds: float
+    #: the previous plan's cycle as the clock measured it (None if it was
+    #: not measured whole)
+    measured: MeasuredCycle | None
 
-    #: what the last ``plan_batch`` chose, as ``_decide`` got it
-    _last_step: tuple | None = None
-
-    def _decide(self, kind, plan, probes, batch, tokens, seconds, measured) -> None:
-        """Keep what ``plan_batch`` chose, for ``last_decision``."""
-        self._last_step = (kind, plan, probes, batch, tokens, seconds, measured)
-
-    @property
-    def last_decision(self) -> StepDecision | None:
-        """What the last ``plan_batch`` decided and why; read it before the
-        next one."""
-        if self._last_step is None:
-            return None
-        kind, plan, probes, batch, tokens, seconds, measured = self._last_step
-        num_reqs = len(plan)
+    def decision(self, *, catch_up_seconds_per_token: float | None, drafting_share: float,
+                 drafting_scale: float, informed: bool,
+                 previous_cycle_seconds: float | None,
+                 step_costs: tuple[float, float, float, float]) -> StepDecision:
+        """The step's ``StepDecision``, with what the policy's parts report
+        now (read before the next plan, nothing has changed them)."""
+        num_reqs = len(self.lengths)
+        batch, measured = self.batch, self.measured
         catch_up = list(batch.catch_up_tokens) or [0] * num_reqs
-        check = self.cycle_check
         return StepDecision(
             batch_size=num_reqs, num_scheduled_tokens=batch.num_scheduled_tokens,
-            has_prefill=batch.has_prefill, kind=kind, num_draft_tokens=sum(plan),
-            max_num_draft_tokens=max(plan, default=0), num_probes=sum(probes),
-            catch_up_tokens=sum(m for k, m in zip(plan, catch_up) if k),
-            catch_up_seconds_per_token=(None if (line := self.catch_up_line(num_reqs)) is None
-                                        else line[1]),
-            drafting_share=self.drafting_share,
-            predicted_tokens=tokens, predicted_seconds=seconds,
-            drafting_scale=1.0 if check is None else check.drafting_scale(num_reqs),
-            informed=check is not None and check.is_informed(num_reqs),
+            has_prefill=batch.has_prefill, kind=self.kind,
+            num_draft_tokens=sum(self.lengths),
+            max_num_draft_tokens=max(self.lengths, default=0),
+            num_probes=sum(self.probes),
+            catch_up_tokens=sum(m for k, m in zip(self.lengths, catch_up) if k),
+            catch_up_seconds_per_token=catch_up_seconds_per_token,
+            drafting_share=drafting_share,
+            predicted_tokens=self.predicted_tokens,
+            predicted_seconds=self.predicted_seconds,
+            drafting_scale=drafting_scale, informed=informed,
             measured_tokens=None if measured is None else measured.tokens,
             measured_seconds=None if measured is None else measured.seconds,
-            previous_cycle_seconds=None if check is None else check.last_seconds,
-            step_costs=(*self.target_cost.coefficients(num_reqs),
-                        *self.draft_cost.coefficients(num_reqs)))
+            previous_cycle_seconds=previous_cycle_seconds, step_costs=step_costs)
+
+
+class DraftingShare:
+    """The decayed share of recent steps that drafted for their own sake
+    (warm-up included, probes not), reported in traces."""
+
+    def __init__(self):
+        self.share = 1.0
+
+    def count(self, plan: list[int]) -> None:
+        """A step was planned with ``plan`` (before its probes)."""
+        m = _DRAFTING_SHARE_MEMORY
+        self.share = m * self.share + (1.0 - m) * (max(plan, default=0) > 0)

@@ -32,154 +32,154 @@ skipped ones while end to end the method runs 3% below no speculation), and
 a policy meant never to be slower than no speculation does not draft on a
 predicted gain smaller than its own error.
 
-``StepPlanner`` is a part of ``CostAwarePolicy``: it reads the policy's cost
-fits (``target_cost``, ``draft_cost``, ``catch_up_line``), its check against
-the clock (``cycle_check``), its acceptance rates and its catch-up shares.
+Catch-ups. After steps that skip the draft model, a request that drafts
+again first runs the draft over the positions it missed (its catch-up
+tokens). That pass is paid once and serves every later draft of the request,
+so a plan is charged the share of it that its remaining drafting steps leave
+to this one (``catch_up_share``): spread over at most ``remaining_tokens``
+(capped at ``CATCH_UP_HORIZON_TOKENS``) times ``1 - a`` steps, since a draft
+with acceptance rate ``a`` emits at most ``1 / (1 - a)`` tokens a step (the
+fewest steps: the largest share). A request drafts on later steps if its
+drafting pays at the batch without the catch-up: so a plan first finds the
+requests that would draft were nothing to catch up (none: the step skips,
+since a catch-up only adds cost), spreads those requests' catch-ups, and
+charges every other request its catch-up whole. A new request that would
+catch up hundreds of prompt tokens where drafting does not pay (concurrency
+4 on the 2-core CPU: the pass takes 1.5-2.4 s against 0.2 s for a step
+without drafting) thus never catches up; where drafting pays (batch 1), it
+catches up at once, however long the engine went without drafting. (An
+engine-wide share of recent drafted steps in place of that test would be
+self-fulfilling: after a stretch of text where drafting did not pay, every
+new request's prompt would be charged whole and the engine would never
+draft again.)
+
+Pure functions of the step's costs (``StepCosts``), the requests' rates and
+their catch-ups; ``[num_reqs]`` lists, in batch order.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
 
-from vllm_gammatune.policies.base import BatchView
-from vllm_gammatune.policies.cost_aware.acceptance import expected_tokens
-from vllm_gammatune.policies.cost_aware.state import CostAwareState
+from vllm_gammatune.policies.cost_aware.acceptance_rates import expected_tokens
+from vllm_gammatune.policies.cost_aware.step_costs import StepCosts
 
 _DINKELBACH_ITERATIONS = 8
+#: a catch-up is spread over at most this many of a request's remaining
+#: tokens (a request without ``max_tokens`` may stop at any EOS)
+CATCH_UP_HORIZON_TOKENS = 256
 
 
-@dataclass(frozen=True)
-class StepCosts:
-    """The model's costs of one step (seconds), around its batch size."""
+def catch_up_share(rate: float, remaining_tokens: int | None) -> float:
+    """The share of a drafting request's catch-up its plan is charged now:
+    one over the steps it has left, at most
+    ``min(remaining_tokens, CATCH_UP_HORIZON_TOKENS) * (1 - rate)`` (module
+    docstring). Unknown remaining tokens: all of it now."""
+    if remaining_tokens is None:
+        return 1.0
+    steps = min(remaining_tokens, CATCH_UP_HORIZON_TOKENS) * (1.0 - rate)
+    return 1.0 / max(1.0, steps)
 
-    target_now: float  # the target step without draft tokens
-    per_token: float  # one more draft token (verification + next first pass)
-    first_pass: float  # the draft's pass over the step's target tokens
-    later_pass: float  # each further draft pass (one token per request)
-    catch_up_base: float
-    catch_up_per_token: float
+
+def predicted_step(costs: StepCosts, rates: Sequence[float], plan: Sequence[int],
+                   catch_up_tokens: Sequence[int] = ()) -> tuple[float, float]:
+    """(tokens, seconds) the model expects of ``plan``: what ``best_plan``
+    maximises the ratio of, before any measured correction.
+    ``catch_up_tokens``: [num_reqs] missed positions, () for none."""
+    num_reqs = len(plan)
+    tokens = sum(expected_tokens(rate, k) for rate, k in zip(rates, plan))
+    seconds = costs.target_now
+    if max(plan, default=0) > 0:
+        catch_up = list(catch_up_tokens) or [0] * num_reqs
+        missed = sum(m for k, m in zip(plan, catch_up) if k)
+        seconds += (costs.first_pass + (max(plan) - 1) * costs.later_pass
+                    + costs.per_token * sum(plan)
+                    + (costs.catch_up_base + costs.catch_up_per_token * missed
+                       if missed else 0.0))
+    return tokens, seconds
 
 
-class StepPlanner:
-    """Predicts a plan's tokens and seconds, and finds the best plan."""
+def best_plan(costs: StepCosts, rates: Sequence[float], catch_up_tokens: Sequence[int] = (),
+              remaining_tokens: Sequence[int] = (), *, max_num_draft_tokens: int,
+              drafting_scale: float, min_draft_gain: float) -> list[int]:
+    """The lengths maximising expected tokens per second, 0 for every request
+    unless the best plan beats not drafting by ``min_draft_gain``.
 
-    def expected_tokens(self, rate: float, num_draft_tokens: int) -> float:
-        """E(k) = (1 - a^(k+1)) / (1 - a): tokens one verification emits."""
-        return expected_tokens(rate, num_draft_tokens)
-
-    def _step_costs(self, batch: BatchView, num_reqs: int) -> StepCosts:
-        scheduled = batch.num_scheduled_tokens or num_reqs
-        t_base, t_slope = self.target_cost.coefficients(num_reqs)
-        d_base, d_slope = self.draft_cost.coefficients(num_reqs)
-        c_base, c_slope = (self.catch_up_line(num_reqs)
-                           or self.draft_cost.coefficients(num_reqs))
-        return StepCosts(
-            target_now=t_base + t_slope * num_reqs,
-            # one more draft token: one more verified position now, one more
-            # token in the draft's first pass of the next step
-            per_token=t_slope + d_slope,
-            first_pass=d_base + d_slope * (scheduled + num_reqs),
-            later_pass=d_base + d_slope * num_reqs,
-            catch_up_base=c_base, catch_up_per_token=c_slope)
-
-    def predicted_step(self, rates: list[float], batch: BatchView,
-                       plan: list[int]) -> tuple[float, float]:
-        """(tokens, seconds) the model expects of ``plan``: what
-        ``best_plan`` maximises the ratio of, before any measured correction."""
-        num_reqs = len(plan)
-        costs = self._step_costs(batch, num_reqs)
-        tokens = sum(self.expected_tokens(rate, k) for rate, k in zip(rates, plan))
-        seconds = costs.target_now
-        if max(plan, default=0) > 0:
-            catch_up = list(batch.catch_up_tokens) or [0] * num_reqs
-            missed = sum(m for k, m in zip(plan, catch_up) if k)
-            seconds += (costs.first_pass + (max(plan) - 1) * costs.later_pass
-                        + costs.per_token * sum(plan)
-                        + (costs.catch_up_base + costs.catch_up_per_token * missed
-                           if missed else 0.0))
-        return tokens, seconds
-
-    def best_plan(self, states: list[CostAwareState], batch: BatchView,
-                  rates: list[float] | None = None,
-                  drafting_scale: float | None = None) -> list[int]:
-        """The lengths maximising expected tokens per second (``rates``: the
-        requests' acceptance rates, default their estimates;
-        ``drafting_scale``: the factor on a drafted plan's tokens per second,
-        default the measured one, ``CycleCheck.drafting_scale``)."""
-        num_reqs = len(states)
-        if rates is None:
-            rates = [self.acceptance_rate(s) for s in states]
-        if drafting_scale is None:
-            drafting_scale = (1.0 if self.cycle_check is None
-                              else self.cycle_check.drafting_scale(num_reqs))
-        catch_up = list(batch.catch_up_tokens) or [0] * num_reqs
-        catch_up_base_share = 1.0
-        if any(catch_up):
-            # A catch-up only adds cost: where no request drafts without
-            # one, none drafts with it.
-            free = self.best_plan(states, replace(batch, catch_up_tokens=()), rates=rates,
-                                  drafting_scale=drafting_scale)
-            if max(free, default=0) == 0:
-                return free
-            # A catch-up is paid once and serves every later draft of its
-            # request: a request whose drafting pays without its catch-up
-            # keeps drafting after it, and is charged its share; any other
-            # is charged the whole pass (catch_up_pricing).
-            shares = [self.catch_up_share(rate, remaining) if k else 1.0
-                      for rate, remaining, k in
-                      zip(rates, batch.remaining_tokens or [None] * num_reqs, free)]
-            catch_up_base_share = max(share for share, missed in zip(shares, catch_up)
-                                      if missed)
-            catch_up = [missed * share for missed, share in zip(catch_up, shares)]
-        costs = self._step_costs(batch, num_reqs)
-        target_now = costs.target_now
-        skip_ratio = best_ratio = num_reqs / target_now if target_now > 0 else math.inf
-        best = [0] * num_reqs
-        if math.isinf(best_ratio):
-            return best
-        # a drafted plan's tokens per second times the scale = its cost over it
-        inflate = 1.0 / drafting_scale
-        per_token = costs.per_token * inflate
-        c_base = costs.catch_up_base * catch_up_base_share * inflate
-        c_slope = costs.catch_up_per_token * inflate
-        for cap in range(1, self.max_num_draft_tokens + 1):
-            fixed = (target_now + costs.first_pass + (cap - 1) * costs.later_pass) * inflate
-            ratio = best_ratio
-            plan = best
-            for _ in range(_DINKELBACH_ITERATIONS):
-                lengths, value, cost = self._lengths_at(
-                    ratio, rates, catch_up, cap, per_token, c_slope)
-                catching_up = any(k and m for k, m in zip(lengths, catch_up))
-                cost += fixed + (c_base if catching_up else 0.0)
-                new_ratio = (num_reqs + value) / cost
-                if new_ratio <= ratio * (1 + 1e-9):
-                    break
-                ratio, plan = new_ratio, lengths
-            if ratio > best_ratio * (1 + 1e-9) and max(plan) > 0:
-                best_ratio, best = ratio, plan
-        if best_ratio < skip_ratio * (1.0 + self.min_draft_gain):
-            return [0] * num_reqs
+    Args:
+        rates: [num_reqs] acceptance rates.
+        catch_up_tokens: [num_reqs] missed positions, () for none.
+        remaining_tokens: [num_reqs] tokens each may still generate, () if
+            unknown (a catch-up is then charged whole).
+        drafting_scale: the factor on a drafted plan's tokens per second
+            (``CycleCheck.drafting_scale``).
+    """
+    num_reqs = len(rates)
+    catch_up = list(catch_up_tokens) or [0] * num_reqs
+    catch_up_base_share = 1.0
+    if any(catch_up):
+        # A catch-up only adds cost: where no request drafts without one,
+        # none drafts with it.
+        free = best_plan(costs, rates, max_num_draft_tokens=max_num_draft_tokens,
+                         drafting_scale=drafting_scale, min_draft_gain=min_draft_gain)
+        if max(free, default=0) == 0:
+            return free
+        # A catch-up is paid once and serves every later draft of its
+        # request: a request whose drafting pays without its catch-up keeps
+        # drafting after it, and is charged its share; any other is charged
+        # the whole pass.
+        shares = [catch_up_share(rate, remaining) if k else 1.0
+                  for rate, remaining, k in
+                  zip(rates, remaining_tokens or [None] * num_reqs, free)]
+        catch_up_base_share = max(share for share, missed in zip(shares, catch_up)
+                                  if missed)
+        catch_up = [missed * share for missed, share in zip(catch_up, shares)]
+    target_now = costs.target_now
+    skip_ratio = best_ratio = num_reqs / target_now if target_now > 0 else math.inf
+    best = [0] * num_reqs
+    if math.isinf(best_ratio):
         return best
+    # a drafted plan's tokens per second times the scale = its cost over it
+    inflate = 1.0 / drafting_scale
+    per_token = costs.per_token * inflate
+    c_base = costs.catch_up_base * catch_up_base_share * inflate
+    c_slope = costs.catch_up_per_token * inflate
+    for cap in range(1, max_num_draft_tokens + 1):
+        fixed = (target_now + costs.first_pass + (cap - 1) * costs.later_pass) * inflate
+        ratio = best_ratio
+        plan = best
+        for _ in range(_DINKELBACH_ITERATIONS):
+            lengths, value, cost = _lengths_at(ratio, rates, catch_up, cap, per_token, c_slope)
+            catching_up = any(k and m for k, m in zip(lengths, catch_up))
+            cost += fixed + (c_base if catching_up else 0.0)
+            new_ratio = (num_reqs + value) / cost
+            if new_ratio <= ratio * (1 + 1e-9):
+                break
+            ratio, plan = new_ratio, lengths
+        if ratio > best_ratio * (1 + 1e-9) and max(plan) > 0:
+            best_ratio, best = ratio, plan
+    if best_ratio < skip_ratio * (1.0 + min_draft_gain):
+        return [0] * num_reqs
+    return best
 
-    @staticmethod
-    def _lengths_at(ratio, rates, catch_up, cap, per_token, catch_up_per_token):
-        """Per request, the length maximising gain - ratio * cost (Dinkelbach)."""
-        lengths, value, cost = [], 0.0, 0.0
-        threshold = ratio * per_token  # a^j must exceed this
-        for rate, missed in zip(rates, catch_up):
-            if threshold >= rate:
-                k = 0
-            elif threshold <= 0.0:
-                k = cap
-            else:
-                # largest k with rate^k > threshold
-                k = min(cap, max(0, math.ceil(math.log(threshold) / math.log(rate)) - 1))
-            gain = rate * (1.0 - rate ** k) / (1.0 - rate)
-            extra = k * per_token + (missed * catch_up_per_token if k else 0.0)
-            if k and gain - ratio * extra <= 0.0:
-                k, gain, extra = 0, 0.0, 0.0
-            lengths.append(k)
-            value += gain
-            cost += extra
-        return lengths, value, cost
+
+def _lengths_at(ratio, rates, catch_up, cap, per_token, catch_up_per_token):
+    """Per request, the length maximising gain - ratio * cost (Dinkelbach)."""
+    lengths, value, cost = [], 0.0, 0.0
+    threshold = ratio * per_token  # a^j must exceed this
+    for rate, missed in zip(rates, catch_up):
+        if threshold >= rate:
+            k = 0
+        elif threshold <= 0.0:
+            k = cap
+        else:
+            # largest k with rate^k > threshold
+            k = min(cap, max(0, math.ceil(math.log(threshold) / math.log(rate)) - 1))
+        gain = rate * (1.0 - rate ** k) / (1.0 - rate)
+        extra = k * per_token + (missed * catch_up_per_token if k else 0.0)
+        if k and gain - ratio * extra <= 0.0:
+            k, gain, extra = 0, 0.0, 0.0
+        lengths.append(k)
+        value += gain
+        cost += extra
+    return lengths, value, cost

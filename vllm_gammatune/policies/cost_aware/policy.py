@@ -9,45 +9,68 @@ maximise expected tokens per second, from step costs the engine measures
 while it serves. When every request plans 0 the proposer skips the draft
 model for the step, so the step costs what a step without speculation costs.
 
+The policy owns its parts, each with its own state, and passes each what it
+needs: the cost fits (``costs``, ``step_costs``), the check against the clock
+(``cycle_check``), the acceptance rates (``acceptance``,
+``acceptance_rates``), the probe scheduler (``probes``, ``probe_scheduler``),
+the prompt-chunk rule (``prompt_chunks``), the per-token stop
+(``token_stop``) and the drafting share the traces report (``drafting``,
+``decision``); the planner is pure functions (``planner``).
+
 Each step's plan (``plan_batch``) goes through, in order:
 
-1. the check against the clock (``policies.cycle_check``): the previous
-   plan's cycle, as measured, corrects the model's view of drafting
-   (``drafting_scale``) and settles what its probes lost;
+1. the check against the clock (``cycle_check``): the previous plan's
+   cycle, as measured, corrects the model's view of drafting
+   (``drafting_scale``), and the probe budget settles what its probes lost
+   (``probe_scheduler``);
 2. warm-up: until both cost fits have samples, every request drafts
    ``warmup_num_draft_tokens``;
 3. pricing: a prompt chunk while nothing has priced a catch-up drafts to
-   time the draft's pass over it (``catch_up_pricing``);
+   time the draft's pass over it (``prompt_chunks``);
 4. the plan: the lengths maximising expected tokens per second
-   (``planner``), with each request's acceptance rate (``acceptance``) and
-   its share of any catch-up; a step with a prompt chunk drafts only if the
-   plan's gain beats the chunk's draft prefill (``catch_up_pricing``);
+   (``planner``), with each request's acceptance rate (``acceptance_rates``)
+   and its share of any catch-up; a step with a prompt chunk drafts only if
+   the plan's gain beats the chunk's draft prefill (``prompt_chunks``);
 5. probes: requests at length 0 that are due draft one token, within the
-   engine's probe budget (``probing``);
-6. the per-token stop (``token_stop``): in a decode step, a request that
+   engine's probe budget (``probe_scheduler``);
+6. the check against the clock opens this plan's cycle with its prediction;
+7. the per-token stop (``token_stop``): in a decode step, a request that
    drafts for its own sake may draft up to the cap, and after each token
    the rule ends its draft once the next token would not pay; each
    verification calibrates the rule's token acceptance
    (``token_acceptance``);
-7. the record of the decision, for traces (``decision``).
+8. the record of the decision, for traces (``decision``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from vllm_gammatune.policies.base import BatchView, DraftLengthPolicy
-from vllm_gammatune.policies.cost_aware.acceptance import AcceptanceEstimate
-from vllm_gammatune.policies.cost_aware.catch_up_pricing import CatchUpPricing
-from vllm_gammatune.policies.cost_aware.decision import DecisionRecord
-from vllm_gammatune.policies.cost_aware.planner import StepPlanner
-from vllm_gammatune.policies.cost_aware.probing import Probing
-from vllm_gammatune.policies.cost_aware.state import CostAwareState
+from vllm_gammatune.policies.cost_aware.acceptance_rates import MAX_RATE, AcceptanceRates
+from vllm_gammatune.policies.cost_aware.cycle_check import CycleCheck
+from vllm_gammatune.policies.cost_aware.decision import (
+    DraftingShare,
+    PlannedStep,
+    StepDecision,
+)
+from vllm_gammatune.policies.cost_aware.linear_costs import (
+    BatchLocalLinearCost,
+    FixedLinearCost,
+)
+from vllm_gammatune.policies.cost_aware.planner import best_plan, predicted_step
+from vllm_gammatune.policies.cost_aware.probe_scheduler import ProbeScheduler
+from vllm_gammatune.policies.cost_aware.prompt_chunks import (
+    PromptChunks,
+    draft_gain,
+    price_plan,
+)
+from vllm_gammatune.policies.cost_aware.request_state import CostAwareState
+from vllm_gammatune.policies.cost_aware.step_costs import CostFits, StepCosts
 from vllm_gammatune.policies.cost_aware.token_stop import TokenPrices, TokenStop
-from vllm_gammatune.policies.cost_model import BatchLocalLinearCost, FixedLinearCost
-from vllm_gammatune.policies.cycle_check import CycleCheck
 
 
-class CostAwarePolicy(StepPlanner, Probing, CatchUpPricing, DecisionRecord, TokenStop,
-                      DraftLengthPolicy):
+class CostAwarePolicy(DraftLengthPolicy):
     """Per-step joint draft lengths maximising expected tokens per second.
 
     Args:
@@ -73,6 +96,9 @@ class CostAwarePolicy(StepPlanner, Probing, CatchUpPricing, DecisionRecord, Toke
     #: it plans from measured step costs, and may plan 0 for a whole step
     times_steps = True
     skips_drafts = True
+    #: the token probabilities are read after every pass, the per-token stop
+    #: on or off: they calibrate its acceptance model and feed traces
+    decides_per_token = True
 
     def __init__(
         self,
@@ -97,51 +123,71 @@ class CostAwarePolicy(StepPlanner, Probing, CatchUpPricing, DecisionRecord, Toke
         if not 0.0 <= min_draft_gain < 1.0:
             raise ValueError(f"min_draft_gain must be in [0, 1), got {min_draft_gain}")
         self.min_draft_gain = min_draft_gain
-        self._init_probing(probe_interval, max_probe_interval, probe_budget)
-        self.acceptance = AcceptanceEstimate(memory, prior_weight)
         self.warmup_num_draft_tokens = min(warmup_num_draft_tokens, max_num_draft_tokens)
-        self.target_cost = target_cost or BatchLocalLinearCost()
-        self.draft_cost = draft_cost or BatchLocalLinearCost()
-        self._init_catch_up_pricing(draft_cost)
+        self.costs = CostFits(target_cost, draft_cost)
         self.cycle_check = CycleCheck() if check_cycles else None
-        self._init_token_stop(token_stop)
+        self.acceptance = AcceptanceRates(memory, prior_weight)
+        self.probes = ProbeScheduler(probe_interval, max_probe_interval, probe_budget)
+        self.prompt_chunks = PromptChunks()
+        self.token_stop = TokenStop(token_stop)
+        self.drafting = DraftingShare()
+        #: what the last ``plan_batch`` chose, for ``last_decision``
+        self._planned: PlannedStep | None = None
+
+    # -- the parts' settings that tools and tests read -------------------------
+    @property
+    def probe_budget(self) -> float:
+        """The probe scheduler's budget (settable while the engine runs)."""
+        return self.probes.budget
+
+    @probe_budget.setter
+    def probe_budget(self, value: float) -> None:
+        self.probes.budget = value
+
+    @property
+    def target_cost(self) -> BatchLocalLinearCost | FixedLinearCost:
+        return self.costs.target
+
+    @property
+    def draft_cost(self) -> BatchLocalLinearCost | FixedLinearCost:
+        return self.costs.draft
+
+    def catch_up_line(self, num_reqs: int) -> tuple[float, float] | None:
+        """(base, per token) seconds of a catch-up pass (``CostFits``)."""
+        return self.costs.catch_up_line(num_reqs)
 
     # -- step costs, fed by the proposer ------------------------------------
     def observe_target_step(self, num_scheduled_tokens: int, seconds: float,
                             batch_size: int = 1) -> None:
-        self.target_cost.add(num_scheduled_tokens, seconds, batch_size)
+        self.costs.add_target_step(num_scheduled_tokens, seconds, batch_size)
         if self.cycle_check is not None:
             self.cycle_check.on_target_step(seconds, batch_size)
 
     def observe_draft_pass(self, num_tokens: int, seconds: float,
                            batch_size: int = 1) -> None:
-        self.draft_cost.add(num_tokens, seconds, batch_size)
+        self.costs.add_draft_pass(num_tokens, seconds, batch_size)
         if self.cycle_check is not None:
             self.cycle_check.on_draft_pass(seconds)
 
     def observe_catch_up_pass(self, num_tokens: int, seconds: float) -> None:
-        self.catch_up_cost.add(num_tokens, seconds)
+        self.costs.add_catch_up_pass(num_tokens, seconds)
         if self.cycle_check is not None:
             self.cycle_check.on_catch_up_pass(seconds)
 
     def draft_ended(self, num_draft_passes: int) -> None:
         """The per-token stop may end a step before its planned passes."""
         if self.cycle_check is not None:
-            prices = self._token_prices
-            self.cycle_check.on_draft_passes_run(
-                num_draft_passes, 0.0 if prices is None else prices.per_pass)
+            self.cycle_check.on_draft_passes_run(num_draft_passes,
+                                                 self.token_stop.seconds_per_pass)
 
     def observe_cycle_wall_time(self, seconds: float) -> None:
         """The wall time since the last plan (called just before the next)."""
         if self.cycle_check is not None:
             self.cycle_check.on_wall_time(seconds)
 
-    # -- acceptance ---------------------------------------------------------
+    # -- verification --------------------------------------------------------
     def new_state(self) -> CostAwareState:
-        return CostAwareState(probe_interval=self.probe_interval)
-
-    def acceptance_rate(self, state: CostAwareState) -> float:
-        return self.acceptance.rate(state)
+        return CostAwareState(probe_interval=self.probes.probe_interval)
 
     def observe(
         self,
@@ -153,78 +199,147 @@ class CostAwarePolicy(StepPlanner, Probing, CatchUpPricing, DecisionRecord, Toke
         self._check_observation(num_draft_tokens, num_accepted_tokens)
         self.acceptance.observe(state, num_draft_tokens, num_accepted_tokens)
         # the rule's estimate, made before its labels train the model
-        expected = self._revise_tokens(state, num_draft_tokens)
-        self._learn_tokens(state, num_draft_tokens, num_accepted_tokens)
+        revision = (None if self.cycle_check is None
+                    else self.token_stop.revision(state, num_draft_tokens))
+        self.token_stop.learn(state, num_draft_tokens, num_accepted_tokens)
         if self.cycle_check is not None:
             # a ruled draft counts the tokens the rule expected of it: the
             # token model is calibrated against acceptance on its own, and
             # the clock's check of the costs is spared the noise of
             # acceptance (cycle_check)
-            self.cycle_check.on_accepted(num_accepted_tokens if expected is None
-                                         else expected)
+            if revision is None:
+                self.cycle_check.on_accepted(num_accepted_tokens)
+            else:
+                self.cycle_check.revise(revision.tokens, revision.seconds)
+                self.cycle_check.on_accepted(revision.accepted_tokens)
         return state
+
+    def draft_on(self, states: list[CostAwareState], position: int,
+                 token_probs: Sequence[float], active: Sequence[bool]) -> list[int | None]:
+        return self.token_stop.draft_on(states, position, token_probs, active)
+
+    def verification_details(self, state: CostAwareState, num_draft_tokens: int) -> dict:
+        return self.token_stop.verification_details(state, num_draft_tokens)
 
     # -- planning -----------------------------------------------------------
     def next_num_draft_tokens(self, state: CostAwareState, batch: BatchView) -> int:
         return self.plan_batch([state], batch)[0]
 
     def plan_batch(self, states: list[CostAwareState], batch: BatchView) -> list[int]:
-        """Every request's length for this step (0 = no draft); updates probing."""
-        measured = None
-        if self.cycle_check is not None:
-            measured = self.cycle_check.close()  # the previous plan's cycle
-        self._settle_open_probe(measured)
-        if not (self.target_cost.ready and self.draft_cost.ready):
-            plan = [self.warmup_num_draft_tokens] * len(states)
-            self._begin_draft(states, [False] * len(states), None)
-            self._advance_probing(states, plan, [False] * len(states))
-            self._count_drafting(plan)
-            self._decide("warmup", plan, [False] * len(plan), batch, 0.0, 0.0, measured)
+        """Every request's length for this step (0 = no draft), in the order
+        of the module docstring."""
+        num_reqs = len(states)
+        no_probes = [False] * num_reqs
+        # 1. the previous plan's cycle, as the clock measured it
+        measured = None if self.cycle_check is None else self.cycle_check.close()
+        self.probes.settle(measured)
+        # 2. warm-up
+        if not self.costs.ready:
+            plan = [self.warmup_num_draft_tokens] * num_reqs
+            self.token_stop.begin_draft(states)
+            self.probes.advance(states, plan, no_probes)
+            self.drafting.count(plan)
+            self._planned = PlannedStep("warmup", plan, no_probes, batch, 0.0, 0.0, measured)
             return plan
-        if self._needs_price(batch, len(states)):
-            plan = self._price_plan(states, batch)
-            self._begin_draft(states, [False] * len(states), None)
-            self._decide("price", plan, [False] * len(plan), batch, 0.0, 0.0, measured)
+        # 3. pricing a catch-up
+        if batch.has_prefill and self.costs.catch_up_line(num_reqs) is None:
+            plan = price_plan(batch.catch_up_tokens, num_reqs)
+            self.prompt_chunks.step_planned(batch.has_prefill, plan)
+            self.token_stop.begin_draft(states)
+            self._planned = PlannedStep("price", plan, no_probes, batch, 0.0, 0.0, measured)
             return plan
-        rates = [self.acceptance_rate(s) for s in states]
+        # 4. the plan
+        rates = self.acceptance.rates(states)
+        costs = self.costs.at(batch.num_scheduled_tokens, num_reqs)
+        scale = 1.0 if self.cycle_check is None else self.cycle_check.drafting_scale(num_reqs)
         if batch.has_prefill:
-            plan = self._prompt_step_plan(states, batch, rates)
+            plan = self._prompt_step_plan(rates, batch, scale)
         else:
-            plan = self.best_plan(states, batch, rates=rates)
-            self._note_decode_plan(plan)
-        self._after_prompt = batch.has_prefill
-        # a step whose prompt chunk waits drafts nothing, not even probes
+            plan = self._best_plan(costs, rates, batch, scale)
+        self.prompt_chunks.step_planned(batch.has_prefill, plan)
+        self.drafting.count(plan)
+        # 5. probes: none while a prompt chunk waits, none where even a
+        # draft that is always right would not pay (probe_scheduler)
         deferred = batch.has_prefill and max(plan, default=0) == 0
-        probes, probed, tokens, seconds = self._add_probes(states, batch, rates, plan,
-                                                           deferred)
-        self._advance_probing(states, plan, probes)
-        self._count_drafting(plan)
+        may_probe = not deferred and (max(plan) > 0 or (
+            self.probes.any_due(states, plan)
+            and max(self._best_plan(costs, [MAX_RATE] * num_reqs, batch, 1.0)) > 0))
+        probed = self.probes.add_probes(states, plan, may_probe, costs, rates,
+                                        batch.catch_up_tokens)
+        self.probes.advance(states, plan, probed.probes)
+        # 6. this plan's cycle, to be measured
         if self.cycle_check is not None:
-            self.cycle_check.open(len(states), max(probed, default=0), tokens, seconds)
-        kind = "draft" if max(plan, default=0) > 0 else "probe" if any(probes) else "skip"
-        self._decide(kind, probed, probes, batch, tokens, seconds, measured)
-        return self._ruled_plan(states, batch, rates, plan, probed)
+            self.cycle_check.open(num_reqs, max(probed.lengths, default=0),
+                                  probed.predicted_tokens, probed.predicted_seconds)
+        # 7. the per-token stop
+        lengths = self._ruled_lengths(states, batch, rates, costs, scale, plan,
+                                      probed.lengths)
+        # 8. the record
+        kind = ("draft" if max(plan, default=0) > 0 else "probe" if any(probed.probes)
+                else "skip")
+        self._planned = PlannedStep(kind, probed.lengths, probed.probes, batch,
+                                    probed.predicted_tokens, probed.predicted_seconds,
+                                    measured)
+        return lengths
 
-    def _ruled_plan(self, states: list[CostAwareState], batch: BatchView,
-                    rates: list[float], plan: list[int], probed: list[int]) -> list[int]:
+    def _best_plan(self, costs: StepCosts, rates: list[float], batch: BatchView,
+                   drafting_scale: float) -> list[int]:
+        return best_plan(costs, rates, batch.catch_up_tokens, batch.remaining_tokens,
+                         max_num_draft_tokens=self.max_num_draft_tokens,
+                         drafting_scale=drafting_scale, min_draft_gain=self.min_draft_gain)
+
+    def _prompt_step_plan(self, rates: list[float], batch: BatchView,
+                          drafting_scale: float) -> list[int]:
+        """A step with a prompt chunk: the plan of a decode step, if its gain
+        beats the chunk's draft prefill weighed by the chance the request
+        drafts later anyway (``prompt_chunks``: ``g > (1 - p) C``)."""
+        num_reqs = len(rates)
+        if self.prompt_chunks.waits():
+            return [0] * num_reqs  # most requests do not draft later: wait
+        # lengths as in a decode step: the first pass over one token each
+        decode_costs = self.costs.at(num_reqs, num_reqs)
+        plan = self._best_plan(decode_costs, rates, batch, drafting_scale)
+        if max(plan, default=0) == 0:
+            return plan
+        catch_up_line = self.costs.catch_up_line(num_reqs)
+        assert catch_up_line is not None, "plan_batch prices catch-ups first"
+        gain = draft_gain(decode_costs, rates, plan, batch.catch_up_tokens, drafting_scale)
+        chunk_seconds = catch_up_line[1] * max(0, batch.num_scheduled_tokens - num_reqs)
+        return plan if self.prompt_chunks.drafts(gain, chunk_seconds) else [0] * num_reqs
+
+    def _ruled_lengths(self, states: list[CostAwareState], batch: BatchView,
+                       rates: list[float], costs: StepCosts, drafting_scale: float,
+                       plan: list[int], lengths: list[int]) -> list[int]:
         """The lengths the proposer drafts: in a decode step, a request that
-        drafts for its own sake gets the cap, and the per-token stop
-        (``token_stop``) ends its draft where the next token stops paying,
-        priced at the rate the plan expects (``TokenPrices``)."""
+        drafts for its own sake gets the cap, and the per-token stop ends its
+        draft where the next token stops paying, priced at the rate the plan
+        expects (``TokenPrices``)."""
         ruled = [k > 0 and not batch.has_prefill for k in plan]
         prices = None
-        if any(ruled) and self.token_stop:
-            tokens, seconds = self.predicted_step(rates, batch, plan)
-            scale = (1.0 if self.cycle_check is None
-                     else self.cycle_check.drafting_scale(len(states)))
-            costs = self._step_costs(batch, len(states))
-            prices = TokenPrices(rate=scale * tokens / seconds, per_token=costs.per_token,
-                                 per_pass=costs.later_pass)
-        self._begin_draft(states, ruled, prices)
+        if any(ruled) and self.token_stop.enabled:
+            tokens, seconds = predicted_step(costs, rates, plan, batch.catch_up_tokens)
+            prices = TokenPrices(rate=drafting_scale * tokens / seconds,
+                                 per_token=costs.per_token, per_pass=costs.later_pass)
+        self.token_stop.begin_draft(states, prices, ruled, lengths, rates)
         if prices is None:
-            return probed
-        for state, governed, rate, k in zip(states, ruled, rates, probed):
-            if governed:
-                state.planned_length = k
-                state.planned_tokens = self.expected_tokens(rate, k)
-        return [self.max_num_draft_tokens if r else k for r, k in zip(ruled, probed)]
+            return lengths
+        return [self.max_num_draft_tokens if r else k for r, k in zip(ruled, lengths)]
+
+    # -- explaining a step ------------------------------------------------------
+    @property
+    def last_decision(self) -> StepDecision | None:
+        """What the last ``plan_batch`` decided and why; read it before the
+        next one."""
+        planned = self._planned
+        if planned is None:
+            return None
+        num_reqs = len(planned.lengths)
+        line = self.costs.catch_up_line(num_reqs)
+        check = self.cycle_check
+        return planned.decision(
+            catch_up_seconds_per_token=None if line is None else line[1],
+            drafting_share=self.drafting.share,
+            drafting_scale=1.0 if check is None else check.drafting_scale(num_reqs),
+            informed=check is not None and check.is_informed(num_reqs),
+            previous_cycle_seconds=None if check is None else check.last_seconds,
+            step_costs=self.costs.coefficients(num_reqs))

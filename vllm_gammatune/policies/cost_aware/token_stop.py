@@ -11,7 +11,7 @@ acceptance (``token_acceptance``), whether to go on:
 - one more draft token costs ``c_token``, one more verified position and
   one more token in the next step's first draft pass, and the draft pass
   that proposes it costs ``c_pass``, shared by every request still drafting
-  (both from the step-cost fits of ``cost_model``, around the batch size);
+  (both from the policy's cost fits, ``step_costs``, around the batch size);
 - the step maximises tokens per second, so a token pays when it adds tokens
   faster than the engine makes them: at ``R``, the plan's expected tokens per
   second (with the clock's correction, ``cycle_check``). This is the
@@ -42,7 +42,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from vllm_gammatune.policies.cost_aware.state import CostAwareState
+from vllm_gammatune.policies.cost_aware.acceptance_rates import expected_tokens
+from vllm_gammatune.policies.cost_aware.request_state import CostAwareState
 from vllm_gammatune.policies.cost_aware.token_acceptance import (
     TokenAcceptanceModel,
     logit,
@@ -95,53 +96,55 @@ def rule_draft(features: Sequence[float], model: TokenAcceptanceModel,
     return drafted, drafted
 
 
-class TokenStop:
-    """The rule's state for the step being drafted.
+@dataclass(frozen=True)
+class CycleRevision:
+    """What a ruled draft changes in its cycle's prediction (``cycle_check``)."""
 
-    A part of ``CostAwarePolicy``: it sets ``_token_prices`` when it plans a
-    drafting step and marks which requests the rule governs.
+    #: tokens of the draft the rule expected to be accepted (the survivals
+    #: of the tokens kept)
+    accepted_tokens: float
+    #: added to the cycle's predicted tokens and seconds
+    tokens: float
+    seconds: float
+
+
+class TokenStop:
+    """The rule's state for the step being drafted, and its token model.
+
+    Args:
+        enabled: the rule governs drafts; off, it only calibrates its model
+            (the token probabilities are read after every pass either way:
+            they also feed traces).
     """
 
-    def _init_token_stop(self, enabled: bool) -> None:
-        self.token_stop = enabled
-        self.token_acceptance = TokenAcceptanceModel()
+    def __init__(self, enabled: bool = True):
+        self.enabled = enabled
+        self.model = TokenAcceptanceModel()
         #: prices of the step being drafted, None where the rule is off
-        self._token_prices: TokenPrices | None = None
+        self._prices: TokenPrices | None = None
 
-    def _begin_draft(self, states: list[CostAwareState], ruled: list[bool],
-                     prices: TokenPrices | None) -> None:
-        """A plan was made: each request's draft starts afresh (``prices``:
-        None where the rule does not act this step)."""
-        self._token_prices = prices
-        for state, governed in zip(states, ruled):
-            state.ruled = governed and prices is not None
+    @property
+    def seconds_per_pass(self) -> float:
+        """The price of one more draft pass of the step being drafted (0
+        where the rule does not act)."""
+        return 0.0 if self._prices is None else self._prices.per_pass
+
+    def begin_draft(self, states: list[CostAwareState], prices: TokenPrices | None = None,
+                    ruled: Sequence[bool] = (), lengths: Sequence[int] = (),
+                    rates: Sequence[float] = ()) -> None:
+        """A plan was made: each request's draft starts afresh. With
+        ``prices``, the rule governs the drafts of the requests ``ruled``,
+        which the plan gave ``lengths`` at acceptance ``rates`` (all
+        [num_reqs]); without, it governs none this step."""
+        self._prices = prices
+        for i, state in enumerate(states):
+            state.ruled = prices is not None and ruled[i]
             state.survival = 1.0
             state.features = []
             state.predicted = []
-
-    # -- the cycle check sees what ran ------------------------------------------
-    def _revise_tokens(self, state: CostAwareState, num_draft_tokens: int) -> float | None:
-        """A ruled request's draft of ``num_draft_tokens`` was verified: the
-        cycle's prediction counts its tokens as the rule estimated them
-        (1 + the survivals of the tokens kept) and their verification,
-        instead of the plan's length and geometric expectation. Returns the
-        tokens of the draft the rule expected to be accepted (None: not a
-        ruled draft)."""
-        if not state.ruled or self._token_prices is None or self.cycle_check is None:
-            return None
-        expected, survival = 0.0, 1.0
-        for alpha in state.predicted[:num_draft_tokens]:
-            survival *= alpha
-            expected += survival
-        self.cycle_check.revise(
-            1.0 + expected - state.planned_tokens,
-            (num_draft_tokens - state.planned_length) * self._token_prices.per_token)
-        return expected
-
-    # -- the proposer's hooks ---------------------------------------------------
-    #: the token probabilities are read after every pass, the rule on or off:
-    #: they calibrate the acceptance model and feed traces
-    decides_per_token = True
+            if state.ruled:
+                state.planned_length = lengths[i]
+                state.planned_tokens = expected_tokens(rates[i], lengths[i])
 
     def draft_on(self, states: list[CostAwareState], position: int,
                  token_probs: Sequence[float], active: Sequence[bool]) -> list[int | None]:
@@ -149,8 +152,8 @@ class TokenStop:
         on, or the length its draft ends at. ``token_probs``: the draft's
         probability of each request's token of this pass; ``active``: the
         requests that drafted in it."""
-        model = self.token_acceptance
-        prices = self._token_prices
+        model = self.model
+        prices = self._prices
         decisions: list[int | None] = [None] * len(states)
         going_on: list[tuple[int, float]] = []
         threshold = 0.0 if prices is None else prices.rate * prices.per_token
@@ -175,14 +178,31 @@ class TokenStop:
                 decisions[i] = position
         return decisions
 
-    def _learn_tokens(self, state: CostAwareState, num_draft_tokens: int,
-                      num_accepted_tokens: int) -> None:
+    def revision(self, state: CostAwareState, num_draft_tokens: int) -> CycleRevision | None:
+        """A ruled request's draft of ``num_draft_tokens`` was verified: the
+        cycle's prediction counts its tokens as the rule estimated them
+        (1 + the survivals of the tokens kept) and their verification,
+        instead of the plan's length and geometric expectation. None: not a
+        ruled draft."""
+        if not state.ruled or self._prices is None:
+            return None
+        expected, survival = 0.0, 1.0
+        for alpha in state.predicted[:num_draft_tokens]:
+            survival *= alpha
+            expected += survival
+        return CycleRevision(
+            accepted_tokens=expected, tokens=1.0 + expected - state.planned_tokens,
+            seconds=(num_draft_tokens - state.planned_length) * self._prices.per_token)
+
+    def learn(self, state: CostAwareState, num_draft_tokens: int,
+              num_accepted_tokens: int) -> None:
         """Label the verified tokens of the request's last draft."""
         if num_draft_tokens and state.features:
-            state.bias = self.token_acceptance.learn(
+            state.bias = self.model.learn(
                 state.features[:num_draft_tokens], num_accepted_tokens, state.bias)
 
-    def verification_details(self, state: CostAwareState, num_draft_tokens: int) -> dict:
+    @staticmethod
+    def verification_details(state: CostAwareState, num_draft_tokens: int) -> dict:
         """The last draft's tokens as the rule saw them (for traces)."""
         return {"predicted_acceptance": [round(a, 4) for a in
                                          state.predicted[:num_draft_tokens]]}

@@ -1,0 +1,1 @@
+"""Diagnostics no published number needs: ``python -m benchmarks.diagnostics.X``."""

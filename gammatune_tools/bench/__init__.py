@@ -1,0 +1,24 @@
+"""The benchmark harness as a library: measuring speculative methods in vLLM
+engines and servers, with hardware-independent counts beside every time.
+The commands that use it are ``python -m benchmarks.X``; nothing here has a
+command line.
+
+- ``methods``: the methods the harness runs and their speculative configs;
+- ``specs``: the options engine commands share, draft lengths, cell plans;
+- ``prompts``: Spec-Bench, GSM8K or any JSONL of prompts;
+- ``engine``: one engine in this process: start, stop, generate, measure;
+- ``counters``: vLLM's and the plugin's counters (every metric name read);
+- ``records``: ``Measurement``, cell keys, the JSON-lines results files;
+- ``context``: versions, machine and arguments kept beside a run;
+- ``stats``: means, intervals of ratios and proportions, paired differences;
+- ``tables``: how numbers are written in Markdown tables;
+- ``report``: the tables of an offline (and served) results folder;
+- ``plots``: the plots (matplotlib);
+- ``traces``: reading ``VLLM_GAMMATUNE_TRACE`` files;
+- ``paired``: interleaved paired runs: order, complete rounds, summary;
+- ``pooling``: the rounds of several paired runs as one set;
+- ``serving``: a ``vllm-gammatune serve`` process and vLLM's client;
+- ``serve_runs``: the served cells and the interleaved served schedules.
+
+Imports vLLM lazily; nothing here runs at import.
+"""

@@ -1,0 +1,135 @@
+"""The methods the harness runs, by name, and the speculative_config of each.
+
+The plugin's methods are the registry's (``vllm_gammatune.methods.registry``:
+their names, default caps and parameters). The harness adds no speculation,
+vLLM's own drafter and a few fixed variants of plugin methods; and it says
+how its sweep variable ``k`` (``--k``) and ``--cap`` set each method's
+draft length, which the registry does not know:
+
+- ``length``: ``k`` is the draft length (the cap and ``gamma_init`` are ``k``);
+- ``start``: ``k`` is the initial length (``gamma_init``); the method may
+  grow up to ``max(k, cap)``;
+- ``cap``: ``k`` is the cap; the method picks 0..k itself;
+- ``window``: ``k`` is ignored; the cap is the registry's default (AdaSD's
+  window W).
+
+Entries of ``--methods`` in interleaved runs may carry an engine suffix:
+``NAME#2`` is a second engine of NAME (A/A runs), ``NAME@3`` is NAME at
+``k`` = 3.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+from vllm_gammatune.methods import METHODS as REGISTRY
+
+NO_SPECULATION = "no_spec"
+#: vLLM's own drafter at a fixed K (K draft forwards in every engine step)
+VLLM_FIXED_K = ("vllm_draft_model",)
+
+#: how each plugin method reads ``k`` and ``--cap`` (module docstring)
+K_ROLE: Mapping[str, str] = MappingProxyType({
+    "gammatune": "start",
+    "gammatune_plus": "start",
+    "fixed_draft": "length",
+    "hf_heuristic": "start",
+    "assistant_threshold": "length",
+    "adasd": "window",
+    "gammatune_cost": "cap",
+})
+
+#: harness name -> (plugin method, parameters it fixes)
+VARIANTS: Mapping[str, tuple[str, Mapping[str, Any]]] = MappingProxyType({
+    # Diagnostic, not a method to use: gammatune_cost that never drafts after
+    # its warm-up (a plan must double the predicted throughput, and probes
+    # get no budget), so a run against no_spec measures the skip path alone.
+    "gammatune_cost_never": ("gammatune_cost", {"min_draft_gain": 0.999, "probe_budget": 1e-9}),
+    # AdaSD's ablations (Gen-Only, Verify-Only)
+    "adasd_gen": ("adasd", {"adasd_mode": "generation"}),
+    "adasd_verify": ("adasd", {"adasd_mode": "verification"}),
+})
+
+#: every name the harness runs: no speculation, vLLM's drafter, the registry's
+#: methods in its order, each followed by its variants
+METHOD_NAMES: tuple[str, ...] = (
+    NO_SPECULATION, *VLLM_FIXED_K, "vllm_schedule",
+    *(name for method in REGISTRY
+      for name in (method, *(v for v, (base, _) in VARIANTS.items() if base == method))),
+)
+
+
+def plugin_config(method: str, draft: str, k: int, cap: int) -> dict[str, Any]:
+    """A plugin method's speculative_config for the harness's ``k`` and ``cap``."""
+    role = K_ROLE[method]
+    config: dict[str, Any] = {"method": method, "model": draft}
+    if role == "length":
+        config["num_speculative_tokens"] = k
+    elif role == "start":
+        config["num_speculative_tokens"] = max(k, cap)
+    elif role == "cap":
+        config["num_speculative_tokens"] = max(k, 1)
+    else:
+        config["num_speculative_tokens"] = REGISTRY[method].num_speculative_tokens
+    if role in ("length", "start") and "gamma_init" in REGISTRY[method].parameters:
+        config["gamma_init"] = k
+    return config
+
+
+def speculative_config(name: str, draft: str, k: int, cap: int) -> dict[str, Any] | None:
+    """The speculative_config of harness method ``name`` (None: no speculation).
+
+    ``draft``: the draft model's path; ``k``: the initial or fixed length
+    (``K_ROLE``); ``cap``: the adaptive methods' cap.
+    """
+    if name not in METHOD_NAMES:
+        raise KeyError(name)
+    if name == NO_SPECULATION:
+        return None
+    if name in VLLM_FIXED_K:
+        return {"method": "draft_model", "model": draft, "num_speculative_tokens": k}
+    if name == "vllm_schedule":
+        # vLLM's own batch-size schedule (num_speculative_tokens_per_batch_size),
+        # hand-tuned for a CPU where fixed K loses to no speculation in batches:
+        # K=k alone, no speculation from batch 2 (docs/results.md, "batch")
+        return {"method": "draft_model", "model": draft, "num_speculative_tokens": k,
+                "num_speculative_tokens_per_batch_size": [[1, 1, k], [2, 1024, 0]]}
+    if name in VARIANTS:
+        method, fixed = VARIANTS[name]
+        return {**plugin_config(method, draft, k, cap), **fixed}
+    return plugin_config(name, draft, k, cap)
+
+
+def drafts(name: str) -> bool:
+    """Whether the method's engine holds a draft model."""
+    return name != NO_SPECULATION
+
+
+def check_method_names(methods: Iterable[str], allowed: Iterable[str] = METHOD_NAMES,
+                       name_of: Callable[[str], str] = str) -> None:
+    """Every ``--methods`` entry names an allowed method (``name_of``: the
+    method an entry stands for, e.g. ``NAME#2`` -> ``NAME``); ValueError
+    naming the field, the entry and the allowed values otherwise."""
+    allowed = list(allowed)
+    for method in methods:
+        if name_of(method) not in allowed:
+            raise ValueError(f"--methods: unknown {method!r}; allowed: {', '.join(allowed)}")
+
+
+def method_name(engine: str) -> str:
+    """``--methods`` entry -> method: ``no_spec#2`` is a second ``no_spec``
+    engine (A/A runs); ``vllm_draft_model@3`` is that method at K = 3."""
+    return engine.partition("#")[0].partition("@")[0]
+
+
+def engine_k(engine: str, default: int) -> int:
+    """The draft length of an entry: its ``@K``, else ``--k``'s."""
+    k = engine.partition("#")[0].partition("@")[2]
+    if not k:
+        return default
+    if not k.isdigit() or int(k) < 1:
+        raise ValueError(f"--methods: {engine!r}: the length after '@' must be an "
+                         "integer >= 1")
+    return int(k)

@@ -1,0 +1,251 @@
+"""Interleaved paired runs: every method's engine (or server) alive, each
+batch of prompts (served: each client run) on every engine back to back,
+the first rotating, so the machine's drift slower than one batch cancels in
+the ratio to the baseline. Here: the design's order, which rounds are
+complete, the per-round summary and its table, offline and served.
+
+A round is the whole prompt set at one batch size (served: one client run
+per concurrency), every engine. Per round and method: tokens/s; the summary
+gives the ratio to the baseline per round, their mean and a 95% t-interval
+over rounds, beside the hardware-independent counts.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable
+from pathlib import Path
+
+from gammatune_tools.bench.context import read_context
+from gammatune_tools.bench.methods import check_method_names, engine_k, method_name
+from gammatune_tools.bench.records import read_jsonl
+from gammatune_tools.bench.stats import ratio_interval
+from gammatune_tools.bench.tables import fmt, format_interval, percent
+
+
+def baseline_first(methods: list[str], baseline: str | None) -> list[str]:
+    """The summary's order: ``baseline`` (default the first engine) first.
+
+    Engines start in ``--methods`` order. The start order may matter (two
+    engines of one configuration need not run at the same speed), so a
+    method can be measured started both before and after its baseline.
+    """
+    if baseline is None:
+        return list(methods)
+    if baseline not in methods:
+        raise ValueError(f"--baseline {baseline!r}: not in --methods ({', '.join(methods)})")
+    return [baseline] + [m for m in methods if m != baseline]
+
+
+def check_engines(methods: list[str], ks: list[int], baseline: str | None,
+                  known: Iterable[str]) -> None:
+    """What interleaved runs need: known methods (``NAME#2`` counts as NAME),
+    each engine once, one k, a baseline among them."""
+    check_method_names(methods, known, name_of=method_name)
+    for method in methods:
+        engine_k(method, 1)
+    if len(set(methods)) != len(methods):
+        raise ValueError("--methods: each engine once (a second engine of one method: NAME#2)")
+    if len(ks) != 1:
+        raise ValueError(f"--k: one length (the engines are started once); got {ks}")
+    baseline_first(methods, baseline)
+
+
+def engine_order(methods: list[str], round_index: int, batch_index: int) -> list[str]:
+    """Which engine runs a batch first: rotate by round and batch (drift cancels)."""
+    shift = (round_index + batch_index) % len(methods)
+    return methods[shift:] + methods[:shift]
+
+
+def num_batches(num_prompts: int, size: int) -> int:
+    """Batches of at most ``size`` prompts (the last one may be shorter)."""
+    return -(-num_prompts // size)
+
+
+def complete_rounds(rows: list[dict], methods: list[str],
+                    num_prompts: int) -> dict[int, set[int]]:
+    """batch size -> rounds with a row for every (batch, method)."""
+    seen: dict[tuple[int, int], set[tuple[int, str]]] = defaultdict(set)
+    for row in rows:
+        seen[(row["batch_size"], row["round"])].add((row["batch"], row["method"]))
+    done: dict[int, set[int]] = defaultdict(set)
+    for (size, round_index), pairs in seen.items():
+        if {(b, m) for b in range(num_batches(num_prompts, size)) for m in methods} <= pairs:
+            done[size].add(round_index)
+    return done
+
+
+def draft_forwards(engine: str, per_round: list[dict]) -> float | None:
+    """Batched draft forwards: the plugin's counter; vLLM's own drafter
+    (no counter) runs K of them at every step that drafts (None where its K
+    is not in the engine's name)."""
+    counted = sum(s["draft_forward_passes"] for s in per_round)
+    if counted or method_name(engine) != "vllm_draft_model":
+        return counted
+    k = engine_k(engine, 0)
+    return k * sum(s["drafts"] for s in per_round) if k else None
+
+
+def summarize(rows: list[dict], methods: list[str], num_prompts: int) -> list[dict]:
+    """Per (batch size, method): tok/s, per-round ratios to the baseline, counts."""
+    baseline = methods[0]
+    done = complete_rounds(rows, methods, num_prompts)
+    kept = [r for r in rows if r["round"] in done.get(r["batch_size"], set())]
+    # (size, round, method) -> summed tokens, seconds and counters
+    sums: dict[tuple, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    by_batch: dict[tuple, dict] = {}
+    for row in kept:
+        key = (row["batch_size"], row["round"], row["method"])
+        for name in ("output_tokens", "wall_seconds", "accepted", "drafts",
+                     "draft_forward_passes", "plugin_steps", "skipped_draft_steps",
+                     "catch_up_tokens", "planned_draft_tokens", "stopped_draft_tokens",
+                     "plugin_time_us"):
+            sums[key][name] += row.get(name, 0.0) or 0.0
+        by_batch[(row["batch_size"], row["round"], row["batch"], row["method"])] = row
+    summary = []
+    for size in sorted(done):
+        rounds = sorted(done[size])
+        for method in methods:
+            per_round = [sums[(size, r, method)] for r in rounds]
+            rate = [s["output_tokens"] / s["wall_seconds"] for s in per_round]
+            base = [sums[(size, r, baseline)]["output_tokens"]
+                    / sums[(size, r, baseline)]["wall_seconds"] for r in rounds]
+            ratios = [m / b for m, b in zip(rate, base)]
+            tokens = sum(s["output_tokens"] for s in per_round)
+            steps = sum(s["plugin_steps"] for s in per_round)
+            drafts = sum(s["drafts"] for s in per_round)
+            planned = sum(s["planned_draft_tokens"] for s in per_round)
+            same = total = 0
+            by_order: dict[bool, list[float]] = {True: [], False: []}
+            batch_ratios: list[float] = []
+            for r in rounds:
+                for b in range(num_batches(num_prompts, size)):
+                    mine, theirs = by_batch[(size, r, b, method)], by_batch[(size, r, b, baseline)]
+                    if mine.get("token_ids") is not None and theirs.get("token_ids") is not None:
+                        total += len(mine["token_ids"])
+                        same += sum(x == y for x, y in zip(mine["token_ids"], theirs["token_ids"]))
+                    if method != baseline and "position" in mine:
+                        ratio = theirs["wall_seconds"] / mine["wall_seconds"]
+                        by_order[mine["position"] < theirs["position"]].append(ratio)
+                        batch_ratios.append(ratio)
+            summary.append({
+                "batch_size": size, "method": method, "rounds": len(rounds),
+                "tokens_per_second": rate, "ratios": ratios,
+                "ratio": ratio_interval(ratios) if method != baseline else None,
+                "target_passes_per_token":
+                    (tokens - sum(s["accepted"] for s in per_round)) / tokens,
+                "draft_forwards_per_token":
+                    None if (forwards := draft_forwards(method, per_round)) is None
+                    else forwards / tokens,
+                # 1 + accepted per verification that had drafts (vLLM's
+                # mean acceptance length)
+                "accepted_length":
+                    1 + sum(s["accepted"] for s in per_round) / drafts if drafts else None,
+                # the plugin's own time per engine step (planning, the
+                # per-token decisions, book-keeping; not the draft model)
+                "plugin_us_per_step":
+                    sum(s["plugin_time_us"] for s in per_round) / steps if steps else None,
+                # planned draft tokens a per-token stop cut
+                "stopped_share":
+                    sum(s["stopped_draft_tokens"] for s in per_round) / planned
+                    if planned else None,
+                "drafted_step_share":
+                    1 - sum(s["skipped_draft_steps"] for s in per_round) / steps
+                    if steps else None,
+                "catch_up_tokens": sum(s["catch_up_tokens"] for s in per_round),
+                "same_as_baseline": (same, total),
+                # batch-level speed ratio to the baseline when this engine ran
+                # first / second in the batch (equal but for an order effect)
+                "ratio_when_first": statistics.mean(by_order[True]) if by_order[True] else None,
+                "ratio_when_second":
+                    statistics.mean(by_order[False]) if by_order[False] else None,
+                # every batch's speed ratio to the baseline's, run back to back
+                "batch_ratios": batch_ratios,
+            })
+    return summary
+
+
+#: how ``paired_report`` describes the design of a run (the default: engines alive at once)
+ALIVE_AT_ONCE = ("Every engine alive at once (offline: in one process; served: one server "
+                 "each); each batch of prompts (served: each client run) goes to every "
+                 "engine back to back, the first engine rotating.")
+
+
+def paired_report(summary: list[dict], baseline: str, title: str,
+                  started: list[str] | None = None, design: str = ALIVE_AT_ONCE) -> str:
+    """``summarize``'s rows as a Markdown table, with the run's design."""
+    lines = [f"# Interleaved paired runs against `{baseline}` ({title})", "",
+             *([f"Engines started in the order {', '.join(started)}.", ""] if started else []),
+             f"{design} A round is the whole prompt set at "
+             "one size. Ratio: method tok/s over the baseline's in the same round; mean "
+             "and 95% t-interval over rounds.", "",
+             "| batch | method | rounds | tok/s per round | ratio per round | "
+             "mean ratio [95% t-interval] | target passes/tok | draft fwd/tok | "
+             "accepted length | drafted steps | stopped by the rule | plugin µs/step | "
+             "catch-up tokens | requests equal to baseline | batch ratio when first / second |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for row in summary:
+        same, total = row["same_as_baseline"]
+        share = row["drafted_step_share"]
+        lines.append(
+            f"| {row['batch_size']} | {row['method']} | {row['rounds']} | "
+            f"{', '.join(fmt(v) for v in row['tokens_per_second'])} | "
+            f"{'-' if row['method'] == baseline else ', '.join(fmt(v, 3) for v in row['ratios'])}"
+            f" | {format_interval(row['ratio'])} | {fmt(row['target_passes_per_token'])} | "
+            f"{fmt(row['draft_forwards_per_token'])} | {fmt(row.get('accepted_length'))} | "
+            f"{percent(share)} | "
+            f"{percent(row.get('stopped_share'))} | {fmt(row.get('plugin_us_per_step'), 0)} | "
+            f"{int(row['catch_up_tokens'])} | "
+            f"{f'{same}/{total}' if total else '-'} | "
+            f"{fmt(row['ratio_when_first'], 3)} / {fmt(row['ratio_when_second'], 3)} |")
+    return "\n".join(lines + [""])
+
+
+def write_summary(out: Path, methods: list[str], num_prompts: int,
+                  baseline: str | None = None) -> Path:
+    """``paired.md``; ``methods`` in start order, ``baseline`` default the first."""
+    rows = read_jsonl(out / "paired.jsonl") if (out / "paired.jsonl").exists() else []
+    ordered = baseline_first(methods, baseline)
+    path = out / "paired.md"
+    path.write_text(paired_report(summarize(rows, ordered, num_prompts), ordered[0],
+                                  out.name, started=methods))
+    return path
+
+
+def served_rows_as_batches(rows: list[dict]) -> list[dict]:
+    """Interleaved served rows in ``summarize``'s shape: one batch per
+    (round, concurrency, method), sized by the concurrency."""
+    return [{"batch_size": r["concurrency"], "round": r["round"], "batch": 0,
+             "method": r["method"], "position": r["position"],
+             "wall_seconds": r["duration"], "output_tokens": r["total_output_tokens"],
+             "accepted": r["metrics_delta"].get("accepted", 0.0),
+             "draft_forward_passes":
+                 r["metrics_delta"].get("gammatune_draft_forward_passes", 0.0),
+             "skipped_draft_steps": r["metrics_delta"].get("gammatune_skipped_draft_steps", 0.0),
+             "plugin_steps": r["metrics_delta"].get("gammatune_steps", 0.0),
+             "catch_up_tokens": r["metrics_delta"].get("gammatune_catch_up_tokens", 0.0)}
+            for r in rows if "round" in r]
+
+
+def write_served_summary(out: Path, methods: list[str], baseline: str | None = None) -> Path:
+    """``serve_paired.md``; ``methods`` in start order, ``baseline`` default the first."""
+    rows = served_rows_as_batches(read_jsonl(out / "serve_cells.jsonl"))
+    ordered = baseline_first(methods, baseline)
+    # one "batch" per round and concurrency: 1 prompt in batches of the concurrency
+    summary = summarize(rows, ordered, num_prompts=1)
+    run_args = read_context(out).get("args", {})
+    if run_args.get("fresh_servers"):
+        started, design = None, (
+            "One server alive at a time (`--fresh-servers`): in each round every "
+            "method's server is started afresh in turn, the first rotating by round, runs "
+            "every concurrency and is stopped"
+            + ("; each measured client run follows an unmeasured one of the same "
+               "prompts (`--warmup-cell`)." if run_args.get("warmup_cell") else "."))
+    else:
+        started, design = methods, ALIVE_AT_ONCE
+    path = out / "serve_paired.md"
+    path.write_text(paired_report(summary, ordered[0], out.name, started=started,
+                                  design=design)
+                    .replace("| batch |", "| concurrency |", 1))
+    return path

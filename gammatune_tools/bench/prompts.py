@@ -1,0 +1,77 @@
+"""The prompts the benchmarks send: Spec-Bench, GSM8K or any JSONL file.
+
+The data ship with the repository, in ``benchmarks/data/`` (with their
+licences: ``benchmarks/data/README.md``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+
+DATA = Path(__file__).resolve().parents[2] / "benchmarks" / "data"
+SPEC_BENCH = DATA / "spec_bench_question.jsonl"
+GSM8K = DATA / "gsm8k_test.jsonl"
+
+
+def load_prompts(dataset: str, per_category: int | None = None, split: str = "all",
+                 limit: int | None = None, turns: int = 1,
+                 spec_bench_path: Path = SPEC_BENCH) -> list[tuple[str, list[str]]]:
+    """[(category, [turn 1, turn 2, ...])], at most ``turns`` user turns each.
+
+    ``dataset``: "specbench" (every category, ``per_category`` questions each,
+    None for all; ``split`` "tune" keeps odd question ids, "eval" even ones),
+    "gsm8k", or a JSONL path whose rows have ``prompt``/``question`` (one turn)
+    or ``turns`` (a list) and optionally ``category``. Prompts stay grouped
+    by category, in file order. ``per_category`` only applies to datasets
+    whose rows name a category; a dataset without one (GSM8K) is taken in
+    file order up to ``limit``.
+    """
+    if dataset == "specbench":
+        path, name = Path(spec_bench_path), "specbench"
+    elif dataset == "gsm8k":
+        path, name = GSM8K, "gsm8k"
+    else:
+        path = Path(dataset)
+        name = path.stem
+    rows = [json.loads(line) for line in path.open() if line.strip()]
+    keep = {"tune": 1, "eval": 0}.get(split)
+    by_category: dict[str, list[list[str]]] = defaultdict(list)
+    for row in rows:
+        if keep is not None and "question_id" in row and row["question_id"] % 2 != keep:
+            continue
+        texts = row.get("turns") or [row.get("prompt") or row["question"]]
+        by_category[row.get("category", name)].append(list(texts[:turns]))
+    if not any("category" in row for row in rows):
+        per_category = None  # one category (GSM8K): only ``limit`` applies
+    prompts = [(cat, texts) for cat, items in by_category.items()
+               for texts in (items if per_category is None else items[:per_category])]
+    return prompts[:limit] if limit else prompts
+
+
+def first_turns(prompts: list[tuple[str, list[str]]]) -> list[list[dict]]:
+    """Each prompt's first turn as a chat conversation (the chat template applies)."""
+    return [[{"role": "user", "content": turns[0]}] for _, turns in prompts]
+
+
+def sharegpt_rows(prompts: list[tuple[str, list[str]]], render) -> list[dict]:
+    """vLLM's serving client's dataset: ShareGPT-format rows whose human turn
+    is the first turn rendered by ``render`` (the target's chat template)."""
+    return [{"id": f"{category}-{i}", "category": category,
+             "conversations": [{"from": "human", "value": render(turns[0])},
+                               {"from": "gpt", "value": ""}]}
+            for i, (category, turns) in enumerate(prompts)]
+
+
+def chat_renderer(target: str):
+    """The target's chat template, as a function of one user turn's text."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(target)
+
+    def render(text: str) -> str:
+        return tokenizer.apply_chat_template([{"role": "user", "content": text}],
+                                             add_generation_prompt=True, tokenize=False)
+
+    return render

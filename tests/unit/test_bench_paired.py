@@ -1,0 +1,100 @@
+"""gammatune_tools.bench.paired: the order of interleaved runs and their summary."""
+
+import json
+
+import pytest
+from bench_fixtures import paired_row
+
+from gammatune_tools.bench import paired
+
+
+def test_engine_order_rotates_so_each_engine_goes_first_equally():
+    methods = ["no_spec", "cost"]
+    firsts = [paired.engine_order(methods, r, b)[0] for r in range(2) for b in range(3)]
+    assert firsts == ["no_spec", "cost", "no_spec", "cost", "no_spec", "cost"]
+    three = ["a", "b", "c"]
+    assert [paired.engine_order(three, 0, b) for b in range(3)] == [
+        ["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"]]
+    assert paired.baseline_first(["cost", "no_spec"], "no_spec") == ["no_spec", "cost"]
+    assert paired.baseline_first(["cost", "no_spec"], None) == ["cost", "no_spec"]
+
+
+def test_check_engines_wants_known_methods_once_one_k_and_a_baseline_among_them():
+    known = ["cost", "no_spec"]
+    paired.check_engines(["no_spec", "no_spec#2", "cost"], [8], "no_spec", known)
+    with pytest.raises(ValueError, match="--baseline 'other'"):
+        paired.check_engines(["cost", "no_spec"], [8], "other", known)
+    with pytest.raises(ValueError, match="--k: one length"):
+        paired.check_engines(["cost", "no_spec"], [2, 4], None, known)
+    with pytest.raises(ValueError, match="NAME#2"):
+        paired.check_engines(["no_spec", "no_spec"], [8], None, known)
+    with pytest.raises(ValueError, match="unknown 'nope#2'; allowed: cost, no_spec"):
+        paired.check_engines(["no_spec", "nope#2"], [8], None, known)
+
+
+def test_paired_summary_uses_complete_rounds_and_pairs_each_round():
+    # 3 prompts at batch 2: two batches per round
+    rows = []
+    for r, (base, method) in enumerate([(1.0, 0.8), (2.0, 2.0)]):  # ratio 1.25, then 1.0
+        for b in range(2):
+            rows.append(paired_row(2, r, b, "no_spec", base, token_ids=[[1, 2], [3, 4]]))
+            rows.append(paired_row(2, r, b, "cost", method, accepted=2.0,
+                                   token_ids=[[1, 2], [3, 5]], draft_forward_passes=1.0,
+                                   plugin_steps=4.0, skipped_draft_steps=3.0))
+    rows.append(paired_row(2, 2, 0, "no_spec", 9.0))  # round 2 cut short: ignored
+    assert paired.complete_rounds(rows, ["no_spec", "cost"], 3) == {2: {0, 1}}
+    summary = paired.summarize(rows, ["no_spec", "cost"], 3)
+    base, cost = summary
+    assert base["rounds"] == 2 and base["ratio"] is None
+    assert base["tokens_per_second"] == [8.0, 4.0]
+    assert cost["ratios"] == pytest.approx([1.25, 1.0])
+    assert cost["ratio"][0] == pytest.approx(1.125)
+    # 4 batches x 8 tokens, 8 accepted: (32 - 8) / 32 target passes per token
+    assert cost["target_passes_per_token"] == pytest.approx(0.75)
+    assert cost["draft_forwards_per_token"] == pytest.approx(4 / 32)
+    assert cost["drafted_step_share"] == pytest.approx(0.25)
+    assert cost["same_as_baseline"] == (4, 8)  # one request of two differs per batch
+    text = paired.paired_report(summary, "no_spec", "t")
+    assert "| 2 | cost | 2 | 10.00, 4.00 | 1.250, 1.000 |" in text and "| 4/8 |" in text
+
+
+def test_vllms_own_drafter_runs_k_forwards_per_drafting_step():
+    rounds = [{"draft_forward_passes": 0.0, "drafts": 5.0}, {"draft_forward_passes": 0.0,
+                                                             "drafts": 3.0}]
+    assert paired.draft_forwards("vllm_draft_model@3", rounds) == 24
+    assert paired.draft_forwards("vllm_draft_model", rounds) is None  # K not in the name
+    assert paired.draft_forwards("gammatune_cost", [{"draft_forward_passes": 7.0}]) == 7.0
+
+
+def test_served_interleaved_rows_summarised_per_round(tmp_path):
+    def row(method, round_index, position, duration, tokens=1000, accepted=0.0):
+        return {"method": method, "round": round_index, "position": position,
+                "concurrency": 4, "duration": duration, "total_output_tokens": tokens,
+                "metrics_delta": {"accepted": accepted, "gammatune_steps": 10.0,
+                                  "gammatune_skipped_draft_steps": 9.0}}
+
+    rows = [row("no_spec", 0, 0, 50.0), row("cost", 0, 1, 40.0, accepted=100.0),
+            row("no_spec", 1, 1, 50.0), row("cost", 1, 0, 50.0),
+            row("no_spec", 2, 0, 10.0)]  # round 2 lacks "cost": left out
+    (tmp_path / "serve_cells.jsonl").write_text(
+        "\n".join(json.dumps(r) for r in rows) + "\n{\"key\": \"not interleaved\"}\n")
+    text = paired.write_served_summary(tmp_path, ["no_spec", "cost"]).read_text()
+    line = next(li for li in text.splitlines() if "| cost |" in li)
+    # round 0: 25 / 20 tok/s = 1.25; round 1: 1.0; 100 of 2000 tokens accepted
+    assert line.startswith("| 4 | cost | 2 | 25.00, 20.00 | 1.250, 1.000 | 1.125 [")
+    assert "| 0.95 |" in line and "| 10% |" in line
+    # cost ran second in round 0 (1.25) and first in round 1 (1.0)
+    assert line.endswith("| 1.000 / 1.250 |")
+    assert "| concurrency |" in text
+    # started cost first, compared with no_spec all the same
+    text = paired.write_served_summary(tmp_path, ["cost", "no_spec"], "no_spec").read_text()
+    assert "started in the order cost, no_spec" in text
+    assert next(li for li in text.splitlines() if "| cost |" in li) == line
+    assert "Every engine alive at once" in text
+    # a --fresh-servers run says so instead (its context.json has the arguments)
+    (tmp_path / "context.json").write_text(json.dumps(
+        {"args": {"fresh_servers": True, "warmup_cell": True}}))
+    text = paired.write_served_summary(tmp_path, ["no_spec", "cost"]).read_text()
+    assert "One server alive at a time" in text and "(`--warmup-cell`)" in text
+    assert "alive at once" not in text and "started in the order" not in text
+    assert next(li for li in text.splitlines() if "| cost |" in li) == line

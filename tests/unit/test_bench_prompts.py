@@ -1,0 +1,47 @@
+"""gammatune_tools.bench.prompts: which prompts a run sends, and in what form."""
+
+from bench_fixtures import write_jsonl
+
+from gammatune_tools.bench import prompts
+
+
+def test_load_prompts_turns_split_and_per_category(tmp_path):
+    path = write_jsonl(tmp_path / "q.jsonl", [
+        {"question_id": 1, "category": "a", "turns": ["a1", "a1-second"]},
+        {"question_id": 2, "category": "a", "turns": ["a2", "a2-second"]},
+        {"question_id": 3, "category": "b", "turns": ["b3"]},
+        {"question_id": 4, "category": "a", "turns": ["a4", "a4-second"]},
+    ])
+    assert prompts.load_prompts("specbench", 1, spec_bench_path=path) == [
+        ("a", ["a1"]), ("b", ["b3"])]
+    assert prompts.load_prompts("specbench", None, "eval", turns=2,
+                                spec_bench_path=path) == [
+        ("a", ["a2", "a2-second"]), ("a", ["a4", "a4-second"])]
+    assert prompts.load_prompts("specbench", 5, "tune", turns=2,
+                                spec_bench_path=path) == [
+        ("a", ["a1", "a1-second"]), ("b", ["b3"])]
+    plain = write_jsonl(tmp_path / "mine.jsonl", [{"prompt": "p"}, {"question": "q"}])
+    assert prompts.load_prompts(str(plain)) == [("mine", ["p"]), ("mine", ["q"])]
+
+
+def test_load_prompts_without_categories_ignores_per_category(tmp_path):
+    # GSM8K has no category: --per-category must not cap it at 2 problems
+    plain = write_jsonl(tmp_path / "math.jsonl", [{"question": str(i)} for i in range(5)])
+    assert [t for _, (t,) in prompts.load_prompts(str(plain), 2)] == ["0", "1", "2", "3", "4"]
+    assert len(prompts.load_prompts(str(plain), 2, limit=3)) == 3
+
+
+def test_the_shipped_prompt_sets_are_found():
+    assert len(prompts.load_prompts("specbench", 1, "eval")) == 13
+    assert len(prompts.load_prompts("gsm8k", limit=4)) == 4
+
+
+def test_first_turns_and_sharegpt_rows_take_the_first_turn():
+    loaded = [("code", ["hi", "again"]), ("math", ["two"])]
+    assert prompts.first_turns(loaded) == [[{"role": "user", "content": "hi"}],
+                                           [{"role": "user", "content": "two"}]]
+    rows = prompts.sharegpt_rows(loaded, lambda t: f"<{t}>")
+    assert rows[0] == {"id": "code-0", "category": "code",
+                       "conversations": [{"from": "human", "value": "<hi>"},
+                                         {"from": "gpt", "value": ""}]}
+    assert rows[1]["id"] == "math-1"

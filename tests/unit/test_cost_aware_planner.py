@@ -1,0 +1,167 @@
+"""The plan of a step (``cost_aware.planner``) and the acceptance rates it
+plans with (``cost_aware.acceptance_rates``), against brute force and
+synthetic sequences."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+from policy_simulation import (
+    CPU_DRAFT,
+    CPU_TARGET,
+    GPU_DRAFT,
+    GPU_TARGET,
+    plan_of,
+    policy,
+    trained_states,
+)
+
+from vllm_gammatune.policies import BatchView, FixedLinearCost
+from vllm_gammatune.policies.cost_aware.acceptance_rates import expected_tokens
+from vllm_gammatune.policies.cost_aware.planner import catch_up_share
+
+
+def brute_force_best(p, states, batch):
+    """The best plan by enumeration (tiny batches only)."""
+    rates = [p.acceptance.rate(s) for s in states]
+    t_base, t_slope = p.target_cost.coefficients()
+    d_base, d_slope = p.draft_cost.coefficients()
+    n = len(states)
+    best, best_ratio = None, -1.0
+    for plan in itertools.product(range(p.max_num_draft_tokens + 1), repeat=n):
+        value = sum(expected_tokens(a, k) for a, k in zip(rates, plan))
+        cost = t_base + t_slope * (n + sum(plan))
+        if max(plan) > 0:
+            cost += d_base + d_slope * (batch.num_scheduled_tokens + n)
+            cost += (max(plan) - 1) * (d_base + d_slope * n)
+            cost += sum(d_slope * plan[i] for i in range(n))
+        if value / cost > best_ratio + 1e-12:
+            best, best_ratio = list(plan), value / cost
+    return best, best_ratio
+
+
+def ratio_of(p, states, batch, plan):
+    rates = [p.acceptance.rate(s) for s in states]
+    t_base, t_slope = p.target_cost.coefficients()
+    d_base, d_slope = p.draft_cost.coefficients()
+    n = len(states)
+    value = sum(expected_tokens(a, k) for a, k in zip(rates, plan))
+    cost = t_base + t_slope * (n + sum(plan))
+    if max(plan) > 0:
+        cost += (d_base + d_slope * (batch.num_scheduled_tokens + n)
+                 + (max(plan) - 1) * (d_base + d_slope * n) + d_slope * sum(plan))
+    return value / cost
+
+
+def test_expected_tokens_is_the_geometric_model():
+    assert expected_tokens(0.5, 0) == 1.0
+    assert expected_tokens(0.5, 3) == pytest.approx(1 + 0.5 + 0.25 + 0.125)
+    assert expected_tokens(0.8, 5) == pytest.approx((1 - 0.8 ** 6) / 0.2)
+
+
+def test_acceptance_rate_follows_the_requests_own_counts():
+    p = policy()
+    good = trained_states(p, 1, drafted=4, accepted=4)[0]
+    bad = trained_states(p, 1, drafted=4, accepted=0)[0]
+    assert p.acceptance.rate(good) > 0.9
+    assert p.acceptance.rate(bad) < 0.2
+    # truncated geometric MLE: 3 accepted then a rejection, every time -> 0.75
+    mid = trained_states(p, 1, drafted=6, accepted=3)[0]
+    assert p.acceptance.rate(mid) == pytest.approx(0.75, abs=0.06)
+
+
+def test_chooses_zero_when_drafting_cannot_pay():
+    p = policy()
+    states = trained_states(p, 16, drafted=4, accepted=1)
+    assert p.plan_batch(states, BatchView(16, 16)) == [0] * 16
+    # and even a perfect draft does not pay when a draft pass costs a target step
+    p = policy(draft=FixedLinearCost(0.2, 0.0))
+    states = trained_states(p, 4, drafted=4, accepted=4)
+    assert plan_of(p, states, BatchView(4, 4)) == [0] * 4
+
+
+def test_grows_when_drafting_pays():
+    p = policy(target=GPU_TARGET, draft=GPU_DRAFT)
+    weak = trained_states(p, 1, drafted=4, accepted=1)
+    strong = trained_states(p, 1, drafted=4, accepted=4)
+    k_weak = plan_of(p, weak, BatchView(1, 1))[0]
+    k_strong = plan_of(p, strong, BatchView(1, 1))[0]
+    assert 1 <= k_weak < k_strong == p.max_num_draft_tokens
+
+
+def test_shrinks_as_the_batch_grows_on_cpu_costs():
+    p = policy()
+    lengths = []
+    for batch_size in (1, 4, 16):
+        states = trained_states(p, batch_size, drafted=4, accepted=3)
+        lengths.append(max(plan_of(p, states, BatchView(batch_size, batch_size))))
+    assert lengths[0] > 0
+    assert lengths == sorted(lengths, reverse=True)
+    assert lengths[-1] == 0
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_joint_plan_matches_brute_force(seed):
+    rng = random.Random(seed)
+    target = FixedLinearCost(rng.uniform(0.01, 0.2), rng.uniform(0.0, 0.03))
+    draft = FixedLinearCost(rng.uniform(0.0, 0.08), rng.uniform(0.0, 0.004))
+    p = policy(target, draft, cap=4)
+    states = []
+    for _ in range(3):
+        accepted = rng.randint(0, 4)
+        states += trained_states(p, 1, drafted=4, accepted=accepted)
+    batch = BatchView(3, 3 + rng.randint(0, 6))
+    want, want_ratio = brute_force_best(p, states, batch)
+    got = plan_of(p, states, batch)
+    assert ratio_of(p, states, batch, got) == pytest.approx(want_ratio, rel=1e-6), (got, want)
+
+
+def test_drafts_only_on_a_predicted_gain_above_the_margin():
+    """A step drafts for its own sake only if the model predicts at least
+    min_draft_gain more tokens per second than not drafting."""
+    below = above = 0
+    for num_reqs in (1, 2, 4):
+        for accepted in range(9):
+            plain = policy(min_draft_gain=0.0)
+            states = trained_states(plain, num_reqs, drafted=8, accepted=accepted)
+            batch = BatchView(num_reqs, num_reqs)
+            best = plan_of(plain, states, batch)
+            gain = (ratio_of(plain, states, batch, best)
+                    / ratio_of(plain, states, batch, [0] * num_reqs) - 1.0)
+            margined = policy(min_draft_gain=0.05)
+            margined_states = trained_states(margined, num_reqs, drafted=8, accepted=accepted)
+            plan = plan_of(margined, margined_states, batch)
+            if max(best) > 0 and gain < 0.05:
+                below += 1
+                assert plan == [0] * num_reqs, (num_reqs, accepted, gain)
+            elif max(best) > 0:
+                above += 1
+                assert plan == best, (num_reqs, accepted, gain)
+    assert below and above  # both sides of the margin were exercised
+
+
+def test_catch_up_cost_makes_a_lagging_request_wait():
+    p = policy(target=GPU_TARGET, draft=FixedLinearCost(0.004, 0.001))
+    states = trained_states(p, 2, drafted=4, accepted=4)
+    fresh = plan_of(p, states, BatchView(2, 2, catch_up_tokens=(0, 0)))
+    lagging = plan_of(p, states, BatchView(2, 2, catch_up_tokens=(0, 500)))
+    assert fresh[1] > 0 and lagging[1] == 0 and lagging[0] > 0
+
+
+def test_catch_up_is_spread_over_the_requests_remaining_tokens():
+    p = policy(target=GPU_TARGET, draft=FixedLinearCost(0.004, 0.001))
+    states = trained_states(p, 2, drafted=4, accepted=3)  # rate 0.75
+    # 256 tokens left at most 4 a step: 64 steps, a 64th of the catch-up now
+    assert catch_up_share(0.75, 256) == pytest.approx(1 / 64)
+    assert catch_up_share(0.75, 10_000) == catch_up_share(0.75, 256)  # the horizon
+    assert catch_up_share(0.75, 2) == 1.0 == catch_up_share(0.75, None)
+
+    def plan(remaining):
+        return plan_of(p, states, BatchView(2, 2, catch_up_tokens=(0, 100),
+                                             remaining_tokens=remaining))
+
+    assert max(plan_of(p, states, BatchView(2, 2))) > 0  # drafting pays, no catch-up
+    assert plan(())[1] == 0 and plan((2, 2))[1] == 0  # all of it now: waits
+    assert plan((256, 256))[1] > 0  # a long way to go: catches up and drafts

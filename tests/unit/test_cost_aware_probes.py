@@ -1,0 +1,146 @@
+"""Probing and its budget (``cost_aware.probe_scheduler``)."""
+
+from __future__ import annotations
+
+import pytest
+from policy_simulation import (
+    GPU_DRAFT,
+    GPU_TARGET,
+    measured_cpu_policy,
+    policy,
+    predicted_of,
+    simulate,
+    trained_states,
+)
+
+from vllm_gammatune.policies import BatchView, FixedLinearCost
+from vllm_gammatune.policies.cost_aware.probe_scheduler import ProbeScheduler
+from vllm_gammatune.policies.cost_aware.request_state import CostAwareState
+from vllm_gammatune.policies.cost_aware.step_costs import StepCosts
+
+
+def test_reprobes_with_backoff():
+    p = policy(probe_interval=4, max_probe_interval=16, probe_budget=1.0)
+    state = trained_states(p, 1, drafted=4, accepted=0)[0]
+    batch = BatchView(1, 1)  # where a good draft would pay, this one does not
+    plans = [p.plan_batch([state], batch)[0] for _ in range(60)]
+    probes = [i for i, k in enumerate(plans) if k]
+    assert all(plans[i] == 1 for i in probes)
+    gaps = [b - a for a, b in zip(probes, probes[1:])]
+    assert probes[0] == 3  # the 4th step without drafting probes
+    # every probe after one that did not pay doubles the wait, up to the cap
+    assert gaps[:4] == [4, 8, 16, 16]
+
+
+def test_probe_resets_when_drafting_pays_again():
+    p = policy(target=GPU_TARGET, draft=GPU_DRAFT, probe_interval=2)
+    state = p.new_state()
+    state.probing, state.probe_interval = True, 64
+    for _ in range(20):
+        p.observe(state, 4, 4, BatchView(1))
+    assert p.plan_batch([state], BatchView(1, 1))[0] > 0
+    assert state.probe_interval == 2 and not state.probing
+
+
+def test_probe_budget_bounds_the_time_probes_add():
+    """Where drafting does not pay, the time probes lose is at most the
+    budget's share of the predicted engine time, shared by every request (new
+    ones included), and probes still come."""
+    budget = 0.02
+    p = policy(probe_interval=2, max_probe_interval=4, probe_budget=budget)
+    states = trained_states(p, 4, drafted=4, accepted=0)
+    batch = BatchView(4, 4)
+    skip_seconds = predicted_of(p, [0.01] * 4, batch, [0] * 4)[1]
+    extra = total = 0.0
+    probe_steps = []
+    for step in range(2000):
+        if step % 50 == 49:  # a request leaves, a fresh one (interval 2) joins
+            states[step % 4] = p.new_state()
+        rates = [p.acceptance.rate(s) for s in states]
+        plan = p.plan_batch(states, batch)
+        tokens, seconds = predicted_of(p, rates, batch, plan)
+        total += seconds
+        if max(plan) > 0:
+            probe_steps.append(step)
+            extra += seconds - tokens * skip_seconds / 4  # 4 tokens without probes
+            for state, k in zip(states, plan):
+                if k:
+                    p.observe(state, k, 0, batch)
+    assert probe_steps, "probes must still come"
+    assert extra <= budget * total
+    # without the budget the same run probes at least every max_probe_interval steps
+    unlimited = policy(probe_interval=2, max_probe_interval=4, probe_budget=1.0)
+    states = trained_states(unlimited, 4, drafted=4, accepted=0)
+    unlimited_probes = sum(max(unlimited.plan_batch(states, batch)) > 0 for _ in range(2000))
+    assert unlimited_probes > 3 * len(probe_steps)
+    assert skip_seconds > 0
+
+
+def test_no_probe_where_even_a_perfect_draft_would_not_pay():
+    # a draft pass costs as much as a target step: drafting never pays
+    p = policy(draft=FixedLinearCost(0.5, 0.0), probe_interval=2)
+    states = trained_states(p, 4, drafted=4, accepted=0)
+    plans = [p.plan_batch(states, BatchView(4, 4)) for _ in range(20)]
+    assert all(plan == [0] * 4 for plan in plans)
+
+
+def test_no_probe_pays_a_catch_up_the_budget_cannot_cover():
+    """At batch 16, where probing new requests means catching the draft up
+    over their whole prompts, no probe fits the budget; the same requests
+    without a catch-up still probe (the price is what stops them)."""
+    def drafted_steps(catch_up: int) -> int:
+        p = measured_cpu_policy(probe_interval=2, max_probe_interval=4)
+        states = [p.new_state() for _ in range(16)]
+        batch = BatchView(16, 16, catch_up_tokens=(catch_up,) * 16,
+                          remaining_tokens=(60,) * 16)
+        return sum(max(p.plan_batch(states, batch)) > 0 for _ in range(400))
+
+    assert drafted_steps(0) > 0
+    assert drafted_steps(135) == 0
+
+
+def test_probes_the_clock_finds_expensive_are_rationed_by_the_clock():
+    """The budget charges a probe what it measured, not what the model said:
+    where probe steps take four times the predicted time, fewer of them run."""
+    def probe_steps(slowdown):
+        p = policy(probe_interval=2, max_probe_interval=4)
+        plans = simulate(p, 4, 1500, rate=0.05, drafted_step_slowdown=slowdown)
+        return sum(max(plan) > 0 for plan in plans)
+
+    honest, expensive = probe_steps(1.0), probe_steps(4.0)
+    assert 0 < expensive < 0.6 * honest
+
+
+def test_the_scheduler_probes_the_due_and_the_half_due_within_its_budget():
+    """The scheduler alone: a due request probes and one at least half-way
+    due joins it; a request that drafts for its own sake does not; the budget
+    refuses a probe step that would lose more than its share."""
+    costs = StepCosts(target_now=0.1, per_token=0.01, first_pass=0.1, later_pass=0.02,
+                      catch_up_base=0.0, catch_up_per_token=0.001)
+    due, half, early, drafting = (CostAwareState(steps_since_draft=s, probe_interval=4)
+                                  for s in (3, 1, 0, 5))
+    states, plan = [due, half, early, drafting], [0, 0, 0, 2]
+    scheduler = ProbeScheduler(4, 16, budget=1.0)
+    assert scheduler.any_due(states, plan)
+    probed = scheduler.add_probes(states, plan, True, costs, [0.5] * 4, ())
+    assert probed.probes == [True, True, False, False]
+    assert probed.lengths == [1, 1, 0, 2]
+    assert not any(scheduler.add_probes(states, plan, False, costs, [0.5] * 4, ()).probes)
+    scheduler.advance(states, plan, probed.probes)
+    assert (due.steps_since_draft, due.probing, early.steps_since_draft) == (0, True, 1)
+    # the next probe without drafting in between backs off
+    scheduler.advance([due], [0], [True])
+    assert due.probe_interval == 8
+    # a step that would not draft otherwise, where the probe loses time
+    # (0.21 s for 1.5 tokens against 0.1 s a token: 0.06 s lost, the first
+    # step of the budget's window): a budget of half the engine's predicted
+    # time admits it, one of a fifth does not
+    alone = [CostAwareState(steps_since_draft=3, probe_interval=4)]
+    admitted = ProbeScheduler(4, 16, budget=0.5).add_probes(alone, [0], True, costs,
+                                                             [0.5], ())
+    assert admitted.probes == [True]
+    assert admitted.predicted_seconds == pytest.approx(0.21)
+    refused = ProbeScheduler(4, 16, budget=0.2).add_probes(alone, [0], True, costs,
+                                                            [0.5], ())
+    assert refused.probes == [False] and refused.lengths == [0]
+    assert refused.predicted_seconds == pytest.approx(costs.target_now)

@@ -1,0 +1,167 @@
+"""One engine's settings: made from the user's speculative_config (validated,
+split from vLLM's draft_model keys) and carried to the workers as a dict."""
+
+import pytest
+
+from vllm_gammatune.methods import (
+    ADDITIONAL_CONFIG_KEY,
+    METHODS,
+    GammaTuneConfigError,
+    MethodSettings,
+    settings_from_additional_config,
+    split_speculative_config,
+)
+from vllm_gammatune.methods.parameters import DEFAULT_CONFIDENCE_THRESHOLD
+from vllm_gammatune.policies import CostAwarePolicy, GammaTunePolicy, HFHeuristicPolicy
+
+VLLM_KEYS = frozenset({"model", "num_speculative_tokens", "draft_tensor_parallel_size",
+                       "max_model_len", "method", "use_heterogeneous_vocab"})
+
+
+def split(**config):
+    return split_speculative_config(config, VLLM_KEYS)
+
+
+def test_defaults_and_mapping_to_draft_model():
+    settings, draft = split(method="gammatune", model="d", num_speculative_tokens=8,
+                            draft_tensor_parallel_size=1)
+    assert settings == MethodSettings("gammatune", 8, {"gamma_init": 4, "gamma_min": 1,
+                                                       "eta": 0.5, "delta": 2})
+    assert draft == {"method": "draft_model", "model": "d", "num_speculative_tokens": 8,
+                     "draft_tensor_parallel_size": 1}
+    assert isinstance(settings.make_policy(), GammaTunePolicy)
+
+
+def test_gammatune_plus_default_threshold_and_roundtrip():
+    settings, _ = split(method="gammatune_plus", model="d")
+    assert settings.num_speculative_tokens == 16
+    assert settings.parameters["confidence_threshold"] == DEFAULT_CONFIDENCE_THRESHOLD
+    assert MethodSettings.from_dict(settings.to_dict()) == settings
+    assistant, _ = split(method="assistant_threshold", model="d")
+    assert assistant.parameters["confidence_threshold"] == 0.4  # Hugging Face's default
+    hf, _ = split(method="hf_heuristic", model="d", gamma_init=2)
+    assert isinstance(hf.make_policy(), HFHeuristicPolicy)
+
+
+@pytest.mark.parametrize("name", list(METHODS))
+def test_settings_hold_their_methods_parameters_only(name):
+    settings, _ = split(method=name, model="d")
+    assert set(settings.parameters) == set(METHODS[name].parameters)
+    data = settings.to_dict()
+    assert set(data) == {"method", "num_speculative_tokens", *METHODS[name].parameters}
+    assert data["method"] == name and MethodSettings.from_dict(data) == settings
+
+
+def test_settings_are_read_only_and_refuse_another_methods_parameters():
+    settings, _ = split(method="gammatune", model="d")
+    with pytest.raises(TypeError):
+        settings.parameters["eta"] = 0.9
+    with pytest.raises(ValueError, match="takes"):
+        MethodSettings("adasd", 20, {"eta": 0.5})
+
+
+def test_to_dict_is_a_copy():
+    costs = {"target_step_s": 0.02, "target_token_s": 0.0, "draft_pass_s": 0.005,
+             "draft_token_s": 0.0}
+    settings, _ = split(method="gammatune_cost", model="d", fixed_step_costs=costs)
+    settings.to_dict()["fixed_step_costs"]["target_step_s"] = 9.0
+    assert settings.parameters["fixed_step_costs"]["target_step_s"] == 0.02
+    assert isinstance(settings.make_policy(), CostAwarePolicy)
+
+
+def test_an_unknown_method_in_the_workers_settings_fails_at_the_policy():
+    settings = MethodSettings.from_dict({"method": "gamma_tune", "num_speculative_tokens": 4})
+    with pytest.raises(GammaTuneConfigError, match="allowed: gammatune, gammatune_plus"):
+        settings.make_policy()
+
+
+def test_the_worker_reads_the_settings_from_additional_config():
+    settings, _ = split(method="adasd", model="d", adasd_mode="generation")
+    carried = {"other": 1, ADDITIONAL_CONFIG_KEY: {"settings": settings.to_dict()}}
+    assert settings_from_additional_config(carried) == settings
+    assert settings_from_additional_config({"other": 1}) is None
+    assert settings_from_additional_config(None) is None
+
+
+def test_user_dict_is_not_modified():
+    config = {"method": "gammatune", "model": "d", "gamma_init": 2}
+    split_speculative_config(config, VLLM_KEYS)
+    assert config == {"method": "gammatune", "model": "d", "gamma_init": 2}
+
+
+@pytest.mark.parametrize(
+    "config,words",
+    [
+        (dict(gamma_min=5, gamma_init=5, num_speculative_tokens=4), ["gamma_min", "5", "gamma_max"]),
+        (dict(gamma_init=9, num_speculative_tokens=8), ["gamma_init", "9", "[gamma_min=1, num_speculative_tokens=8]"]),
+        (dict(eta=0.0), ["eta", "0.0", "(0, 1]"]),
+        (dict(eta=1.5), ["eta", "1.5", "(0, 1]"]),
+        (dict(eta="fast"), ["eta", "fast", "(0, 1]"]),
+        (dict(delta=-1), ["delta", "-1", ">= 0"]),
+        (dict(num_speculative_tokens=0), ["num_speculative_tokens", "0", ">= 1"]),
+        (dict(gamma_init=2.5), ["gamma_init", "2.5", "integer"]),
+        (dict(gama_init=3), ["gama_init", "allowed", "gamma_init"]),
+        (dict(gamma_max=8), ["gamma_max", "num_speculative_tokens"]),
+        (dict(confidence_threshold=0.5), ["confidence_threshold", "gammatune_plus"]),
+        (dict(use_heterogeneous_vocab=True), ["use_heterogeneous_vocab", "vocabulary"]),
+    ],
+)
+def test_bad_values_name_field_value_and_allowed(config, words):
+    with pytest.raises(GammaTuneConfigError) as info:
+        split(method="gammatune", model="d", **config)
+    for word in words:
+        assert word in str(info.value), (word, str(info.value))
+
+
+def test_a_baselines_initial_length_is_bounded_by_the_default_gamma_min():
+    """fixed_draft takes no gamma_min; its gamma_init is checked against the
+    default one, with the same words as for GammaTune."""
+    with pytest.raises(GammaTuneConfigError) as info:
+        split(method="fixed_draft", model="d", gamma_init=9, num_speculative_tokens=4)
+    assert str(info.value) == (
+        "speculative_config['gamma_init']=9 is not allowed: must be an integer "
+        "in [gamma_min=1, num_speculative_tokens=4]")
+
+
+@pytest.mark.parametrize("threshold", [0, 1, 1.2, -0.1, float("nan")])
+def test_threshold_outside_open_unit_interval(threshold):
+    with pytest.raises(GammaTuneConfigError, match=r"confidence_threshold.*\(0, 1\)"):
+        split(method="gammatune_plus", model="d", confidence_threshold=threshold)
+
+
+def test_missing_draft_model_and_unknown_method():
+    with pytest.raises(GammaTuneConfigError, match=r"'model'\] is missing"):
+        split(method="gammatune")
+    with pytest.raises(GammaTuneConfigError, match="allowed: gammatune, gammatune_plus"):
+        split(method="gamma_tune", model="d")
+
+
+@pytest.mark.parametrize("budget", [0, -0.1, 1.5, "all", True])
+def test_probe_budget_outside_unit_interval(budget):
+    with pytest.raises(GammaTuneConfigError) as info:
+        split(method="gammatune_cost", model="d", probe_budget=budget)
+    message = str(info.value)
+    assert "probe_budget" in message and "(0, 1]" in message and repr(budget) in message
+
+
+def test_probe_budget_default_and_given():
+    settings, _ = split(method="gammatune_cost", model="d")
+    assert settings.parameters["probe_budget"] == 0.01
+    settings, draft = split(method="gammatune_cost", model="d", probe_budget=0.05)
+    assert settings.parameters["probe_budget"] == 0.05 and "probe_budget" not in draft
+    assert settings.make_policy().probe_budget == 0.05
+
+
+@pytest.mark.parametrize("gain", [-0.01, 1.0, "some", None])
+def test_min_draft_gain_outside_its_interval(gain):
+    with pytest.raises(GammaTuneConfigError) as info:
+        split(method="gammatune_cost", model="d", min_draft_gain=gain)
+    message = str(info.value)
+    assert "min_draft_gain" in message and "[0, 1)" in message
+
+
+def test_min_draft_gain_default_and_given():
+    settings, _ = split(method="gammatune_cost", model="d")
+    assert settings.parameters["min_draft_gain"] == 0.05
+    settings, draft = split(method="gammatune_cost", model="d", min_draft_gain=0.0)
+    assert settings.make_policy().min_draft_gain == 0.0 and "min_draft_gain" not in draft

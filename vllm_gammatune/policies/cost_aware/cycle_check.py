@@ -1,0 +1,236 @@
+"""The cost-aware policy's check of its own predictions against the clock.
+
+The cost-aware policy predicts, for the plan it chooses, how many tokens the
+step will emit and how long it will take (``planner``).
+Its linear costs and geometric acceptance are models with errors of a few
+percent, which is as large as what drafting gains where the batch makes it
+marginal, so the models may flatter drafting there. This module measures
+every *cycle* (the draft work planned at one step, the target step that verifies it, and the
+tokens that step emits) and compares it with the prediction:
+
+    efficiency(kind) = (realized tokens / realized seconds)
+                       / (predicted tokens / predicted seconds)
+
+as ratios of decayed sums over the cycles of one batch size, separately for
+cycles that drafted and cycles that did not. ``drafting_scale`` is
+efficiency(drafted) / efficiency(skipped): how much better (> 1) or worse
+(< 1) drafting does than the model says, relative to the model's error on
+plain decode steps. The policy multiplies a drafted plan's predicted tokens
+per second by it before comparing with not drafting, so a model that
+flatters drafting on this machine is corrected by measurement, with nothing
+to tune.
+
+The prediction is of what ran. Where the per-token stop
+(``token_stop``) drafts another length than the plan's, the
+policy revises the prediction to the passes run (``on_draft_passes_run``),
+the lengths drafted and the rule's own estimate of the tokens they yield (the
+survivals of the tokens kept), and counts that estimate as the draft's
+accepted tokens too: the rule's token model is calibrated against
+verification on its own (``token_acceptance``), and what is left to check
+here is the clock against the costs, without the noise of acceptance (a
+drafted cycle emits 1 to 17 tokens where its expectation is 3). Compared
+with the plan's prediction instead, a cycle would count the rule's choices
+as the model's error (it cuts drafts where the draft is unsure, so those
+cycles yield fewer tokens than the plan's average acceptance says), and
+with realized tokens the scale wanders by 10-20% over its window of about
+20 cycles; a low scale stops the drafting that would correct it. On a
+simulated batch-1 clock that charges exactly the model's costs, with draft
+probabilities that are the true acceptance, that check ran at 0.71x of the
+model alone (8.96 against 12.6 tok/s, mean of 6 runs; 0.59x in the worst);
+this one at 1.03x.
+
+A cycle's seconds are the wall time from its plan to the next plan when the
+proposer reports it (``on_wall_time``): everything the engine did in between,
+including the draft model's input preparation and vLLM's work around the
+draft passes that no pass timer sees; otherwise the sum of its timed parts.
+
+A cycle counts only when it was measured whole: its target step was timed
+at the same batch size (no request joined or left, no prefill chunk in the
+step), every draft pass it planned was timed, and it took at most
+``OUTLIER_FACTOR`` times its prediction (not an idle gap), not counting its
+catch-up passes: they are timed around the forward alone and hold no gap, and
+a cycle whose catch-up cost far more than predicted is the very evidence the
+check is for (left out, such a probe would be charged to the probe budget at
+its prediction instead of its measured cost). Pure Python.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vllm_gammatune.policies.cost_aware.linear_costs import OUTLIER_FACTOR
+
+
+@dataclass
+class _Sums:
+    """Decayed sums over the measured cycles of one kind at one batch size."""
+
+    realized_tokens: float = 0.0
+    realized_seconds: float = 0.0
+    predicted_tokens: float = 0.0
+    predicted_seconds: float = 0.0
+    #: cycles measured (not decayed): the evidence behind the ratio
+    count: int = 0
+
+    def efficiency(self) -> float:
+        if min(self.realized_seconds, self.predicted_tokens) <= 0.0:
+            return 1.0
+        realized = self.realized_tokens / self.realized_seconds
+        predicted = self.predicted_tokens / self.predicted_seconds
+        return realized / predicted
+
+
+@dataclass(frozen=True)
+class MeasuredCycle:
+    """A cycle measured whole: the tokens it emitted (a ruled draft's as
+    the rule expected them), the seconds it took."""
+
+    tokens: float
+    seconds: float
+
+
+@dataclass
+class _OpenCycle:
+    batch_size: int
+    num_draft_passes: int
+    predicted_tokens: float
+    predicted_seconds: float
+    seconds: float = 0.0
+    #: the part of ``seconds`` spent in catch-up passes
+    catch_up_seconds: float = 0.0
+    draft_passes_timed: int = 0
+    accepted_tokens: float = 0.0
+    target_batch_size: int | None = None
+    #: wall time from this plan to the next, when reported
+    wall_seconds: float | None = None
+
+
+class CycleCheck:
+    """Realized against predicted throughput, per batch size, drafted vs not.
+
+    Args:
+        memory: weight kept by older cycles of the same kind and batch size
+            per new one.
+        min_cycles: measured drafted cycles needed before the scale departs
+            from 1 (and skipped ones before their own efficiency is used).
+        scale_bounds: the scale is clamped to this interval.
+    """
+
+    def __init__(self, memory: float = 0.95, min_cycles: int = 4,
+                 scale_bounds: tuple[float, float] = (0.25, 4.0)):
+        if not 0.0 < memory < 1.0:
+            raise ValueError(f"memory must be in (0, 1), got {memory}")
+        self.memory = memory
+        self.min_cycles = min_cycles
+        self.scale_bounds = scale_bounds
+        #: (batch size, drafted) -> sums
+        self._sums: dict[tuple[int, bool], _Sums] = {}
+        self._open: _OpenCycle | None = None
+        #: seconds of the cycle ``close`` last ended, whether or not it was
+        #: measured whole (for traces; None: there was no open cycle)
+        self.last_seconds: float | None = None
+
+    # -- one cycle ----------------------------------------------------------
+    def open(self, batch_size: int, num_draft_passes: int, predicted_tokens: float,
+             predicted_seconds: float) -> None:
+        """A plan was made: ``num_draft_passes`` draft passes (0 = skipped)
+        expected to emit ``predicted_tokens`` in ``predicted_seconds``."""
+        self._open = _OpenCycle(batch_size, num_draft_passes, predicted_tokens,
+                                predicted_seconds)
+
+    def revise(self, tokens: float, seconds: float) -> None:
+        """Add to the open cycle's prediction: the plan's lengths were
+        changed while drafting (the per-token stop), and the check compares
+        what ran with the model's prediction of what ran."""
+        if self._open is not None:
+            self._open.predicted_tokens += tokens
+            self._open.predicted_seconds += seconds
+
+    def on_draft_pass(self, seconds: float) -> None:
+        if self._open is not None:
+            self._open.seconds += seconds
+            self._open.draft_passes_timed += 1
+
+    def on_draft_passes_run(self, num_draft_passes: int,
+                            seconds_per_pass: float = 0.0) -> None:
+        """The open cycle's draft ended after ``num_draft_passes`` passes (a
+        per-token stop may end it before or after the plan's last pass); its
+        prediction counts those passes at ``seconds_per_pass`` each instead
+        of the plan's."""
+        if self._open is not None and self._open.num_draft_passes > 0:
+            extra = num_draft_passes - self._open.num_draft_passes
+            self._open.predicted_seconds += extra * seconds_per_pass
+            self._open.num_draft_passes = num_draft_passes
+
+    def on_catch_up_pass(self, seconds: float) -> None:
+        if self._open is not None:
+            self._open.seconds += seconds
+            self._open.catch_up_seconds += seconds
+
+    def on_wall_time(self, seconds: float) -> None:
+        """The wall time from the open cycle's plan to now (the next plan)."""
+        if self._open is not None:
+            self._open.wall_seconds = seconds
+
+    def on_accepted(self, num_accepted_tokens: float) -> None:
+        if self._open is not None:
+            self._open.accepted_tokens += num_accepted_tokens
+
+    def on_target_step(self, seconds: float, batch_size: int) -> None:
+        if self._open is not None and self._open.target_batch_size is None:
+            self._open.seconds += seconds
+            self._open.target_batch_size = batch_size
+
+    def close(self) -> MeasuredCycle | None:
+        """End the open cycle; what it measured if it was measured whole (and
+        recorded), else None."""
+        cycle, self._open = self._open, None
+        self.last_seconds = None
+        if cycle is None:
+            return None
+        seconds = cycle.seconds if cycle.wall_seconds is None else cycle.wall_seconds
+        self.last_seconds = seconds
+        if (cycle.target_batch_size != cycle.batch_size
+                or cycle.draft_passes_timed != cycle.num_draft_passes
+                or cycle.predicted_seconds <= 0.0
+                or seconds - cycle.catch_up_seconds
+                > OUTLIER_FACTOR * cycle.predicted_seconds):
+            return None
+        sums = self._sums.setdefault((cycle.batch_size, cycle.num_draft_passes > 0), _Sums())
+        m = self.memory
+        sums.realized_tokens = m * sums.realized_tokens + cycle.batch_size + cycle.accepted_tokens
+        sums.realized_seconds = m * sums.realized_seconds + seconds
+        sums.predicted_tokens = m * sums.predicted_tokens + cycle.predicted_tokens
+        sums.predicted_seconds = m * sums.predicted_seconds + cycle.predicted_seconds
+        sums.count += 1
+        return MeasuredCycle(tokens=cycle.batch_size + cycle.accepted_tokens,
+                             seconds=seconds)
+
+    # -- what the policy reads ------------------------------------------------
+    def efficiency(self, batch_size: int, drafted: bool) -> float:
+        sums = self._sums.get((batch_size, drafted))
+        return 1.0 if sums is None else sums.efficiency()
+
+    def num_cycles(self, batch_size: int, drafted: bool) -> int:
+        sums = self._sums.get((batch_size, drafted))
+        return 0 if sums is None else sums.count
+
+    def is_informed(self, batch_size: int) -> bool:
+        """True once drafted cycles have ``min_cycles`` measured cycles here."""
+        return self.num_cycles(batch_size, True) >= self.min_cycles
+
+    def drafting_scale(self, batch_size: int) -> float:
+        """efficiency(drafted) / efficiency(skipped) at this batch size, 1.0
+        until drafted cycles have ``min_cycles`` measured cycles; until
+        skipped ones have as many, their efficiency is taken as 1 (a skipped
+        cycle's prediction is the target fit, measured on those very steps,
+        so its efficiency is close to 1). Without that stand-in a batch size
+        where the policy always drafts never measures a skipped cycle, and
+        the model alone would decide there."""
+        if not self.is_informed(batch_size):
+            return 1.0
+        skipped = (self.efficiency(batch_size, False)
+                   if self.num_cycles(batch_size, False) >= self.min_cycles else 1.0)
+        scale = self.efficiency(batch_size, True) / skipped
+        low, high = self.scale_bounds
+        return min(high, max(low, scale))

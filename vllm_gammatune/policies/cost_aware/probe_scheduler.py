@@ -1,0 +1,147 @@
+"""Probing: when a request at length 0 drafts one token to learn its acceptance.
+
+A request at length 0 learns nothing about its draft, so after
+``probe_interval`` steps without drafting it drafts one token, a probe, and
+every other request at length 0 that is at least half-way due joins it, so
+they share the draft pass. Each further probe without drafting in between
+doubles the request's interval, up to ``max_probe_interval``; drafting for its
+own sake resets it.
+
+A probe runs only if some acceptance rate could make drafting pay at the
+step's batch and costs: where even a draft that is always right loses, a
+probe cannot change the decision. That search uses the model alone (no
+measured correction), so that the correction cannot stop the measurements
+that correct it. A step whose prompt chunk waits (``prompt_chunks``) runs no
+probe either. The policy weighs both before it asks for probes
+(``may_probe``).
+
+Budget. A probe in a step that drafts anyway shares its passes and costs
+little; one that makes a step draft which otherwise would not is held to a
+budget across the engine: the seconds the model predicts such probes lose
+(their step's time minus what its expected tokens would take at the rate of
+the step without them) may be at most ``budget`` of the predicted engine
+time (decayed sums over about the last 200 steps), the probe about to run
+included. Once such a step is measured whole (``cycle_check``), its measured
+loss replaces the predicted one (``settle``), so probes the model thinks
+cheap but the clock does not are rationed by the clock. Without the budget,
+where drafting never pays (on the 2-core CPU at batch 16 a probe step costs
+about one more target step) every new request restarts probing at the base
+interval, and probing alone costs a few percent of throughput.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from vllm_gammatune.policies.cost_aware.cycle_check import MeasuredCycle
+from vllm_gammatune.policies.cost_aware.planner import predicted_step
+from vllm_gammatune.policies.cost_aware.request_state import CostAwareState
+from vllm_gammatune.policies.cost_aware.step_costs import StepCosts
+
+#: weight kept by the probe budget's sums per step (a window of ~200 steps)
+_BUDGET_MEMORY = 0.995
+
+
+@dataclass(frozen=True)
+class ProbedPlan:
+    """A step's plan with its probes, and what the model expects of it."""
+
+    #: [num_reqs] which requests probe
+    probes: list[bool]
+    #: [num_reqs] the lengths: the plan's, 1 for a probe
+    lengths: list[int]
+    predicted_tokens: float
+    predicted_seconds: float
+
+
+class ProbeScheduler:
+    """Which requests probe, and the engine-wide budget of probe steps.
+
+    Args:
+        probe_interval: steps at length 0 before a request probes.
+        max_probe_interval: the interval's ceiling after backoff.
+        budget: the share of predicted engine time that probes may lose in
+            steps that would not draft otherwise (1.0: no limit).
+    """
+
+    def __init__(self, probe_interval: int, max_probe_interval: int, budget: float):
+        self.probe_interval = probe_interval
+        self.max_probe_interval = max_probe_interval
+        self.budget = budget
+        #: decayed sums of the predicted seconds that probes lost, and of
+        #: all predicted step seconds (the budget's window)
+        self._probe_seconds = 0.0
+        self._engine_seconds = 0.0
+        #: (predicted lost seconds, predicted seconds per token without the
+        #: probes) of a step the probes made draft, until it is measured
+        self._open_probe: tuple[float, float] | None = None
+
+    def settle(self, measured: MeasuredCycle | None) -> None:
+        """The last step probed: what it lost, measured, replaces the
+        prediction charged to the budget when it was planned."""
+        if self._open_probe is None:
+            return
+        predicted_lost, seconds_per_token = self._open_probe
+        self._open_probe = None
+        if measured is not None:
+            lost = max(0.0, measured.seconds - measured.tokens * seconds_per_token)
+            self._probe_seconds = max(0.0, self._probe_seconds + lost - predicted_lost)
+
+    @staticmethod
+    def is_due(state: CostAwareState, num_draft_tokens: int) -> bool:
+        return num_draft_tokens == 0 and state.steps_since_draft + 1 >= state.probe_interval
+
+    def any_due(self, states: list[CostAwareState], plan: list[int]) -> bool:
+        return any(self.is_due(s, k) for s, k in zip(states, plan))
+
+    def add_probes(self, states: list[CostAwareState], plan: list[int], may_probe: bool,
+                   costs: StepCosts, rates: Sequence[float],
+                   catch_up_tokens: Sequence[int]) -> ProbedPlan:
+        """The plan with its probes (none unless ``may_probe``), priced at
+        ``costs``; charges the budget."""
+        probes = self._probe_mask(states, plan, may_probe)
+        probed = [1 if probe else k for probe, k in zip(probes, plan)]
+        tokens, seconds = predicted_step(costs, rates, probed, catch_up_tokens)
+        lost = 0.0
+        if probed != plan:
+            # the seconds the probes lose: their step's time minus what its
+            # tokens would take at the rate of the plan without them
+            base_tokens, base_seconds = predicted_step(costs, rates, plan, catch_up_tokens)
+            lost = max(0.0, seconds - tokens * base_seconds / base_tokens)
+            if max(plan) == 0 and (self._probe_seconds + lost
+                                   > self.budget * (self._engine_seconds + seconds)):
+                probes, probed, lost = [False] * len(plan), plan, 0.0
+                tokens, seconds = base_tokens, base_seconds
+            elif max(plan) == 0:
+                self._open_probe = (lost, base_seconds / base_tokens)
+        self._probe_seconds = _BUDGET_MEMORY * self._probe_seconds + lost
+        self._engine_seconds = _BUDGET_MEMORY * self._engine_seconds + seconds
+        return ProbedPlan(probes, probed, tokens, seconds)
+
+    def _probe_mask(self, states: list[CostAwareState], plan: list[int],
+                    may_probe: bool) -> list[bool]:
+        """Which requests probe (draft one token) this step: when one is due,
+        every request at length 0 at least half-way due joins it."""
+        if not (may_probe and self.any_due(states, plan)):
+            return [False] * len(plan)
+        return [k == 0 and 2 * (s.steps_since_draft + 1) >= s.probe_interval
+                for s, k in zip(states, plan)]
+
+    def advance(self, states: list[CostAwareState], plan: list[int],
+                probes: list[bool]) -> None:
+        """Per request: back off after a probe that did not pay, reset when
+        drafting for its own sake, count the steps at length 0."""
+        for state, k, probe in zip(states, plan, probes):
+            if probe:
+                if state.probing:  # the last probe did not pay: back off
+                    state.probe_interval = min(2 * state.probe_interval,
+                                               self.max_probe_interval)
+                state.probing = True
+                state.steps_since_draft = 0
+            elif k > 0:
+                state.probing = False
+                state.probe_interval = self.probe_interval
+                state.steps_since_draft = 0
+            else:
+                state.steps_since_draft += 1

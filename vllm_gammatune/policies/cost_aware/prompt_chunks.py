@@ -1,0 +1,105 @@
+"""When a step with a prompt chunk drafts.
+
+A step where some request's query is a prompt chunk
+(``BatchView.has_prefill``) would, if it drafted, also prefill the draft over
+the whole chunk, which the decode-step fit prices far too low, and the batch
+the request will decode in is not known yet: ``LLM.generate`` hands a
+batch's requests to the engine one at a time, so its first step often holds
+only the first prompt, at batch 1, where drafting pays, while the batch then
+decodes at 4, where it does not (on the 2-core CPU, batches of 4 that
+drafted just that once ran at 0.965 of no speculation, those that never
+drafted at 1.015). Left undrafted, the chunk's draft prefill becomes the
+request's catch-up, paid only if the request ever drafts. So such a step
+plans as a decode step would (the first pass over one token per request),
+and drafts only if that plan's gain ``g`` (the seconds its expected tokens
+save at the rate of not drafting, net of its draft passes, after the
+clock's correction: ``draft_gain``) beats the chunk's draft prefill ``C``
+(the catch-up fit's per-token cost times the chunk's tokens) weighed by the
+chance ``p`` that the request drafts later anyway:
+
+    draft now  iff  C - g < p * C,  i.e.  g > (1 - p) * C
+
+with ``p`` the decayed share of the decode steps right after a prompt chunk
+that drafted for their own sake (probes do not count).
+
+- ``p`` starts at 0: a prompt chunk drafts only once decode steps after
+  earlier chunks, charged the chunk as a catch-up, have drafted. At 1 the
+  rule fulfils itself: with every chunk drafted no decode step has a
+  catch-up to weigh, so batches of 4 draft on their decode steps too and
+  keep ``p`` at 1 (on the 2-core CPU the draft's prefill of their prompts
+  alone, ~2 ms a token, costs them a fifth of their time).
+- Below ``p = 1/2`` no chunk drafts, however short: ``g`` is priced at the
+  prompt step's batch size, not the one the request decodes in, and with
+  ``p`` near 0 at batch 4 the short first prompt of a batch would still
+  draft in about half the batches, at 0.96 of no speculation against 1.005
+  for those that do not.
+- While nothing has priced a catch-up, ``C`` is unknown: the chunk drafts
+  one token for every request with nothing to catch up, so that the draft's
+  pass over it is timed (``price_plan``, kind "price"; once per engine). The
+  warm-up usually provides that sample (until the costs are measured every
+  step drafts, the first prompt included); a server's first request may be
+  a one-token "Hello" that times no prompt pass.
+
+At batch 4 on that CPU ``p`` stays near 0 and the chunks wait; at batch 1,
+where decode steps draft even with a catch-up to pay, ``p`` rises toward 1
+and prompt chunks draft. A step with a prompt chunk that does not draft runs
+no probe either.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from vllm_gammatune.policies.cost_aware.planner import predicted_step
+from vllm_gammatune.policies.cost_aware.step_costs import StepCosts
+
+#: weight kept by the share of decode steps after a prompt chunk that drafted
+_AFTER_PROMPT_MEMORY = 0.75
+#: below this share no prompt chunk drafts, however short (module docstring)
+_MIN_DRAFTS_AFTER_PROMPT = 0.5
+
+
+def price_plan(catch_up_tokens: Sequence[int], num_reqs: int) -> list[int]:
+    """Every request with nothing to catch up drafts one token, so that the
+    draft's pass over the chunk is the catch-up price's first sample."""
+    catch_up = list(catch_up_tokens) or [0] * num_reqs
+    return [0 if missed else 1 for missed in catch_up]
+
+
+def draft_gain(decode_costs: StepCosts, rates: Sequence[float], plan: Sequence[int],
+               catch_up_tokens: Sequence[int], drafting_scale: float) -> float:
+    """``g``: the seconds the plan's expected tokens save at the rate of not
+    drafting, net of its draft passes, after the clock's correction."""
+    tokens, seconds = predicted_step(decode_costs, rates, plan, catch_up_tokens)
+    base_tokens, base_seconds = predicted_step(decode_costs, rates, [0] * len(plan),
+                                               catch_up_tokens)
+    return tokens * base_seconds / base_tokens - seconds / drafting_scale
+
+
+class PromptChunks:
+    """``p``, and whether the last planned step had a prompt chunk."""
+
+    def __init__(self):
+        #: decayed share of the decode steps right after a prompt chunk that
+        #: drafted for their own sake (``p``)
+        self.drafts_after_prompt = 0.0
+        self._after_prompt = False
+
+    def waits(self) -> bool:
+        """No prompt chunk drafts, however short (``p < 1/2``)."""
+        return self.drafts_after_prompt < _MIN_DRAFTS_AFTER_PROMPT
+
+    def drafts(self, gain: float, chunk_seconds: float) -> bool:
+        """A chunk whose decode-step plan drafts: ``g > (1 - p) C``
+        (``chunk_seconds`` is ``C``); always once ``p`` reached 1."""
+        p = self.drafts_after_prompt
+        return p >= 1.0 or gain > (1.0 - p) * chunk_seconds
+
+    def step_planned(self, has_prefill: bool, plan: Sequence[int]) -> None:
+        """A step was planned (before its probes): a decode step right after
+        a prompt chunk updates ``p``."""
+        if not has_prefill and self._after_prompt:
+            m = _AFTER_PROMPT_MEMORY
+            self.drafts_after_prompt = (m * self.drafts_after_prompt
+                                        + (1.0 - m) * (max(plan, default=0) > 0))
+        self._after_prompt = has_prefill

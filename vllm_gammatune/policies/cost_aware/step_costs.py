@@ -1,0 +1,104 @@
+"""The policy's costs: its fits of the target step, the draft pass and the
+catch-up pass (``linear_costs``), and the costs of one step they give.
+
+The target step and the draft's decode pass are fitted around the batch size
+(``BatchLocalLinearCost``). A catch-up is priced by its own fit
+(``catch_up_line``): catch-up passes run over many positions per request,
+like a prefill, where a token costs far more than in a decode pass (a decode
+pass over 2 or 17 tokens costs about the same on a CPU, so its slope prices a
+2,160-token catch-up at 0.18 s where it takes 5 s). The draft's passes over
+prompt chunks feed the same fit. Given fixed costs (``FixedLinearCost``),
+the draft's stands in for the catch-up's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vllm_gammatune.policies.cost_aware.linear_costs import (
+    BatchLocalLinearCost,
+    FixedLinearCost,
+)
+
+
+@dataclass(frozen=True)
+class StepCosts:
+    """The model's costs of one step (seconds), around its batch size."""
+
+    target_now: float  # the target step without draft tokens
+    per_token: float  # one more draft token (verification + next first pass)
+    first_pass: float  # the draft's pass over the step's target tokens
+    later_pass: float  # each further draft pass (one token per request)
+    catch_up_base: float
+    catch_up_per_token: float
+
+
+class CostFits:
+    """The target, draft and catch-up fits, fed by the proposer's timings.
+
+    Args:
+        target_cost, draft_cost: fixed costs instead of measured ones.
+    """
+
+    def __init__(self, target_cost: FixedLinearCost | None = None,
+                 draft_cost: FixedLinearCost | None = None):
+        self.target = target_cost or BatchLocalLinearCost()
+        self.draft = draft_cost or BatchLocalLinearCost()
+        #: Timed around the forward alone, catch-up passes hold no idle gap:
+        #: none is dropped as an outlier (a catch-up far larger than any
+        #: before is exactly the sample the fit needs).
+        self.catch_up = (BatchLocalLinearCost(locality=0.0, drop_outliers=False)
+                         if draft_cost is None else draft_cost)
+
+    @property
+    def ready(self) -> bool:
+        """Both the target and the draft fit have their samples."""
+        return self.target.ready and self.draft.ready
+
+    def add_target_step(self, num_scheduled_tokens: int, seconds: float,
+                        batch_size: int) -> None:
+        self.target.add(num_scheduled_tokens, seconds, batch_size)
+
+    def add_draft_pass(self, num_tokens: int, seconds: float, batch_size: int) -> None:
+        self.draft.add(num_tokens, seconds, batch_size)
+
+    def add_catch_up_pass(self, num_tokens: int, seconds: float) -> None:
+        self.catch_up.add(num_tokens, seconds)
+
+    def catch_up_line(self, num_reqs: int) -> tuple[float, float] | None:
+        """(base, per token) seconds of a catch-up pass: the catch-up fit
+        once ready; before, its samples' seconds per token with no base
+        (proportional: a line through one or two passes would extrapolate a
+        pass of a few hundred tokens to thousands at a decode pass's slope);
+        None before any catch-up or prompt pass of the draft was timed, which
+        is brief: the warm-up's prompt pass is a sample, and if it was too
+        short to be one, the next prompt chunk drafts to be one
+        (``prompt_chunks.price_plan``). While it is None, the decode draft
+        line stands in."""
+        fit = self.catch_up
+        if fit.ready:
+            return fit.coefficients(num_reqs)
+        rate = fit.seconds_per_token()
+        return None if rate is None else (0.0, rate)
+
+    def at(self, num_scheduled_tokens: int, num_reqs: int) -> StepCosts:
+        """The costs of a step of ``num_reqs`` requests whose target
+        processes ``num_scheduled_tokens`` (0: one per request)."""
+        scheduled = num_scheduled_tokens or num_reqs
+        t_base, t_slope = self.target.coefficients(num_reqs)
+        d_base, d_slope = self.draft.coefficients(num_reqs)
+        c_base, c_slope = (self.catch_up_line(num_reqs)
+                           or self.draft.coefficients(num_reqs))
+        return StepCosts(
+            target_now=t_base + t_slope * num_reqs,
+            # one more draft token: one more verified position now, one more
+            # token in the draft's first pass of the next step
+            per_token=t_slope + d_slope,
+            first_pass=d_base + d_slope * (scheduled + num_reqs),
+            later_pass=d_base + d_slope * num_reqs,
+            catch_up_base=c_base, catch_up_per_token=c_slope)
+
+    def coefficients(self, num_reqs: int) -> tuple[float, float, float, float]:
+        """(target step, target per token, draft pass, draft per token)
+        around ``num_reqs``: the coefficients ``fixed_step_costs`` takes."""
+        return (*self.target.coefficients(num_reqs), *self.draft.coefficients(num_reqs))
