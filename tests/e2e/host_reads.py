@@ -57,10 +57,13 @@ class ReadLog:
         return max((sum(1 for e in s if e[0] == "read") for s in self.steps()), default=0)
 
     def reads_before_first_pass(self) -> list[str]:
-        """Where a step read before its first draft pass (a step without a
-        pass counts all its reads)."""
+        """Where a step that ran draft passes read before its first one (a
+        step without a draft pass has nothing to launch first: its reads
+        count in ``max_reads_in_a_step`` alone)."""
         early = []
         for step in self.steps():
+            if not any(event[0] == "pass" for event in step):
+                continue
             for event in step:
                 if event[0] == "pass":
                     break

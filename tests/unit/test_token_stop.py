@@ -79,7 +79,7 @@ def test_rule_at_batch_greater_than_one_shares_the_pass():
     states = [CostAwareState() for _ in range(3)]
     step_prices = TokenPrices(rate=10.0, per_token=0.01, per_pass=0.06)
     stop.begin_draft(states, step_prices, [True] * 3, [8] * 3, [0.5] * 3)
-    assert all(state.ruled for state in states)
+    assert all(state.draft.ruled for state in states)
     # gain of each: S * alpha_next - R * c_token = 0.6 * 0.6 - 0.1 = 0.26 > 0,
     # alone below R * c_pass = 0.6, together 0.52 still below: all stop at 1
     assert stop.draft_on(states[:2], 1, [0.6, 0.6], [True, True]) == [1, 1]
@@ -99,7 +99,7 @@ def test_a_ruled_draft_revises_its_cycle_by_the_rules_estimate():
     stop = TokenStop()
     ruled, unruled = CostAwareState(), CostAwareState()
     stop.begin_draft([ruled, unruled], prices(), [True, False], [2, 3], [0.5, 0.5])
-    assert ruled.planned_length == 2 and ruled.planned_tokens == pytest.approx(1.75)
+    assert ruled.draft.planned_length == 2 and ruled.draft.planned_tokens == pytest.approx(1.75)
     stop.draft_on([ruled, unruled], 1, [0.9, 0.9], [True, True])
     stop.draft_on([ruled, unruled], 2, [0.8, 0.8], [True, True])
     stop.draft_on([ruled, unruled], 3, [0.7, 0.7], [True, True])
@@ -113,7 +113,7 @@ def test_a_ruled_draft_revises_its_cycle_by_the_rules_estimate():
     stop.learn(ruled, 3, 1)
     assert ruled.bias != 0.0 and stop.model.num_labels == 2
     stop.begin_draft([ruled])
-    assert not ruled.ruled and stop.seconds_per_pass == 0.0
+    assert not ruled.draft.ruled and stop.seconds_per_pass == 0.0
 
 
 def _simulate_batch1(make_policy, steps: int, seed: int,
@@ -207,3 +207,40 @@ def test_without_the_rule_the_plan_lengths_stand():
     plan = p.plan_batch([state], BatchView(1, 1))
     assert 0 < plan[0] < 8  # the geometric plan, not the cap
     assert p.draft_on([state], 1, [0.01], [True]) == [None]
+
+
+def test_a_verification_one_plan_late_is_matched_with_the_draft_it_verifies():
+    """Where the drafter hands verifications over after the next plan (the
+    CUDA hot path), the rule revises and learns from the previous draft, not
+    from the one the new plan just started."""
+    stop = TokenStop()
+    stop.verification_lag = 1
+    state = CostAwareState()
+    stop.begin_draft([state], prices(), [True], [2], [0.5])
+    stop.draft_on([state], 1, [0.9], [True])
+    stop.draft_on([state], 2, [0.8], [True])
+    stop.begin_draft([state], prices(), [True], [4], [0.5])  # the next plan
+    stop.draft_on([state], 1, [0.2], [True])
+    revision = stop.revision(state, 2)
+    assert revision.accepted_tokens == pytest.approx(0.9 + 0.9 * 0.8)
+    assert revision.seconds == pytest.approx(0.0)  # drafted its planned 2
+    stop.learn(state, 2, 2)
+    assert stop.model.num_labels == 2  # the previous draft's two tokens
+    assert stop.verification_details(state, 2)["predicted_acceptance"] == [0.9, 0.8]
+
+
+def test_without_early_exit_a_ruled_draft_is_planned_at_the_plans_length():
+    """A drafter that runs every planned pass pays for the cap if the plan
+    asks for it: there a ruled draft gets the step plan's length."""
+    def lengths(runs_every_planned_pass):
+        policy = CostAwarePolicy(8, target_cost=CPU_TARGET, draft_cost=CPU_DRAFT,
+                                 check_cycles=False)
+        policy.adapt_to_drafter(runs_every_planned_pass, observation_lag=0)
+        state = policy.new_state()
+        for _ in range(20):  # a request whose drafts are half accepted
+            policy.observe(state, 4, 2, BatchView(batch_size=1))
+        return policy.plan_batch([state], BatchView(batch_size=1, num_scheduled_tokens=1))
+
+    assert lengths(False) == [8]
+    planned = lengths(True)
+    assert 0 < planned[0] < 8

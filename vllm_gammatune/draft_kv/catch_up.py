@@ -40,15 +40,16 @@ class StepPositions:
     longest_query: int
 
 
-def step_positions(common_attn_metadata) -> StepPositions:
-    """The step's positions, from vLLM's ``CommonAttentionMetadata``."""
-    query_start_loc = common_attn_metadata.query_start_loc_cpu
-    num_reqs = common_attn_metadata.num_reqs
-    # [num_reqs]
-    query_lens = query_start_loc[1 : num_reqs + 1] - query_start_loc[:num_reqs]
-    seq_lens = common_attn_metadata.seq_lens[:num_reqs].cpu()
+def step_positions(runner, num_reqs: int) -> StepPositions:
+    """The step's positions, from the runner's host copies of what it sent
+    to the device (synchronous scheduling keeps them exact): the tokens each
+    request had computed before the step, and the step's query lengths."""
+    # [num_reqs + 1], [num_reqs]
+    query_start_loc = runner.query_start_loc.np[:num_reqs + 1]
+    starts = runner.input_batch.num_computed_tokens_cpu[:num_reqs]
+    query_lens = query_start_loc[1:] - query_start_loc[:-1]
     longest = int(query_lens.max()) if num_reqs else 0
-    return StepPositions((seq_lens - query_lens).tolist(), seq_lens.tolist(), longest)
+    return StepPositions(starts.tolist(), (starts + query_lens).tolist(), longest)
 
 
 class DraftCatchUp:
@@ -97,7 +98,8 @@ class DraftCatchUp:
         num_tokens = 0
         if segments:
             def run() -> int:
-                return run_catch_up(proposer, common_attn_metadata, segments, token_ids_cpu)
+                return run_catch_up(proposer, common_attn_metadata, segments, token_ids_cpu,
+                                    self._block_rows)
 
             # Catch-up passes are prefill-like (many tokens per request): the
             # policy fits their cost apart from decode-regime draft passes.

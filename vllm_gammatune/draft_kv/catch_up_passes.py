@@ -40,8 +40,8 @@ def plan_catch_up_passes(
     return passes
 
 
-def run_catch_up(proposer, common_attn_metadata, segments,
-                 token_ids_cpu: np.ndarray) -> int:
+def run_catch_up(proposer, common_attn_metadata, segments, token_ids_cpu: np.ndarray,
+                 block_rows: np.ndarray) -> int:
     """Run the draft model over ``segments`` = [(input batch row, start, end)] positions.
 
     Args:
@@ -50,11 +50,16 @@ def run_catch_up(proposer, common_attn_metadata, segments,
             in batch order); only its block table rows are reused.
         token_ids_cpu: [max_num_reqs, max_model_len] vLLM's committed token ids
             (``input_batch.token_ids_cpu``), rows in batch order.
+        block_rows: [num_reqs, max_num_blocks_per_req] the same block table
+            on the host (``input_batch.block_table``), for the slot mapping.
 
-    Returns the number of positions processed.
+    Everything is computed on the host from host data and copied to the
+    device without waiting (no read of a device tensor). Returns the number
+    of positions processed.
     """
     from vllm.config import CUDAGraphMode
     from vllm.forward_context import set_forward_context
+    from vllm.utils.torch_utils import async_tensor_h2d
 
     cad = common_attn_metadata
     device = proposer.device
@@ -62,43 +67,44 @@ def run_catch_up(proposer, common_attn_metadata, segments,
     capacity = int(proposer.input_ids.shape[0])
     total = 0
     for segs in plan_catch_up_passes(segments, capacity):
-        rows = torch.tensor([row for row, _, _ in segs], dtype=torch.long)
-        query_lens = [end - start for _, start, end in segs]
-        num_tokens = sum(query_lens)
+        rows = np.array([row for row, _, _ in segs], dtype=np.int64)
+        query_lens = np.array([end - start for _, start, end in segs], dtype=np.int32)
+        num_tokens = int(query_lens.sum())
         # [num_tokens]
-        token_ids = torch.from_numpy(np.concatenate(
-            [token_ids_cpu[row, start:end] for row, start, end in segs]).astype(np.int64))
-        positions = torch.cat([torch.arange(start, end) for _, start, end in segs])
-        query_start_loc_cpu = torch.zeros(len(segs) + 1, dtype=torch.int32)
-        query_start_loc_cpu[1:] = torch.cumsum(torch.tensor(query_lens), 0)
+        token_ids = np.concatenate([token_ids_cpu[row, start:end]
+                                    for row, start, end in segs]).astype(np.int64)
+        positions = np.concatenate([np.arange(start, end) for _, start, end in segs])
+        query_start_loc_cpu = np.zeros(len(segs) + 1, dtype=np.int32)
+        query_start_loc_cpu[1:] = np.cumsum(query_lens)
         # [num_reqs] (the pass's requests) context length after the pass
-        seq_lens = torch.tensor([end for _, _, end in segs], dtype=torch.int32)
+        seq_lens = np.array([end for _, _, end in segs], dtype=np.int32)
+        # [num_tokens] the KV slot of every position, from the host block table
+        token_rows = np.repeat(rows, query_lens)
+        blocks = block_rows[token_rows, positions // block_size].astype(np.int64)
+        slot_mapping = async_tensor_h2d(blocks * block_size + positions % block_size,
+                                        device=device)
+        positions = async_tensor_h2d(positions, device=device)
         # [num_reqs, max_num_blocks_per_req]
-        block_table = cad.block_table_tensor[rows.to(cad.block_table_tensor.device)]
-        # [num_tokens] request index of every token
-        token_req = torch.repeat_interleave(torch.arange(len(segs)),
-                                            torch.tensor(query_lens))
-        blocks = block_table.cpu()[token_req, positions // block_size].long()
-        slot_mapping = (blocks * block_size + positions % block_size).to(device)
-        positions = positions.to(device)
+        block_table = cad.block_table_tensor[
+            async_tensor_h2d(rows, device=cad.block_table_tensor.device)]
         # a fresh metadata object: only what a causal prefill chunk needs (the
         # step's batch-sized optional fields and caches do not apply here)
         meta = type(cad)(
-            query_start_loc=query_start_loc_cpu.to(device),
-            query_start_loc_cpu=query_start_loc_cpu,
-            seq_lens=seq_lens.to(device),
+            query_start_loc=async_tensor_h2d(query_start_loc_cpu, device=device),
+            query_start_loc_cpu=torch.from_numpy(query_start_loc_cpu),
+            seq_lens=async_tensor_h2d(seq_lens, device=device),
             num_reqs=len(segs),
             num_actual_tokens=num_tokens,
-            max_query_len=max(query_lens),
+            max_query_len=int(query_lens.max()),
             max_seq_len=int(seq_lens.max()),
             block_table_tensor=block_table,
             slot_mapping=slot_mapping,
             causal=True,
             positions=positions,
-            seq_lens_cpu_upper_bound=seq_lens,
+            seq_lens_cpu_upper_bound=torch.from_numpy(seq_lens),
         )
         _, per_layer_attn_metadata = proposer.build_per_group_and_layer_attn_metadata(meta)
-        proposer.input_ids[:num_tokens] = token_ids.to(device)
+        proposer.input_ids[:num_tokens] = async_tensor_h2d(token_ids, device=device)
         proposer._set_positions(num_tokens, positions)
         with set_forward_context(
             per_layer_attn_metadata,

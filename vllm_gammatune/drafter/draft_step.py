@@ -13,12 +13,22 @@ proposer ends the loop without further draft forwards
 (``EveryRequestStopped``). After the loop it cuts each request's draft to
 its length (``drafts``) and hands out what is kept of it (``kept_drafts``,
 ``traced_token_probs``, ``draft_probs``).
+
+After the loop the host learns everything it needs of the step in one read
+(``read_back``): the drafted tokens, each request's length, and, where
+asked, the tokens' probabilities and the last verification's counts.
+Without early exit (the CUDA hot path, ``docs/cuda.md``) nothing else is
+read: the loop runs every planned pass, threshold stops are kept on the
+device, and a policy that decides per token decides from the read-back
+probabilities, after the passes, exactly as it would have after each
+(``replay_token_rule``).
 """
 
 from __future__ import annotations
 
 import torch
 
+from vllm.utils.torch_utils import async_tensor_h2d
 from vllm_gammatune.drafter.tp_agreement import same_decisions_on_every_rank
 from vllm_gammatune.policies import DraftLengthPolicy
 from vllm_gammatune.verify.kept_draft import KeptDraft
@@ -55,6 +65,9 @@ class DraftStep:
             in the pass); returns per request None (draft on) or the length
             its draft ends at (a policy that ``decides_per_token``).
         keep_token_probs: keep each pass's token probabilities (traces).
+        early_exit: end the loop once every request has stopped; off (the
+            CUDA hot path), run every planned pass and apply ``token_rule``
+            after the loop (``replay_token_rule``).
     """
 
     def __init__(
@@ -67,9 +80,15 @@ class DraftStep:
         keep_distributions: bool = False,
         token_rule=None,
         keep_token_probs: bool = False,
+        early_exit: bool = True,
     ):
         #: draft passes to run at most (the longest plan)
         self.num_steps = max(planned)
+        #: the loop ends once every request has stopped (asking the host
+        #: after each pass); off, it runs every planned pass
+        self.early_exit = early_exit
+        #: [num_reqs] the plan, on the host
+        self.planned_lengths = list(planned)
         self.token_rule = token_rule
         self.keep_token_probs = keep_token_probs
         self.stop_thresholds = stop_thresholds
@@ -77,7 +96,7 @@ class DraftStep:
         self.keep_entropies = keep_entropies
         self.keep_distributions = keep_distributions
         # [num_reqs]
-        self.planned = torch.tensor(planned, dtype=torch.int32, device=device)
+        self.planned = async_tensor_h2d(planned, dtype=torch.int32, device=device)
         # [num_reqs] final number of draft tokens per request
         self.lengths = self.planned.clone()
         # [num_reqs] True once the request drafts no further
@@ -91,6 +110,14 @@ class DraftStep:
         self.entropies: list[torch.Tensor] = []  # H(q_i), num_steps x [num_reqs]
         # q_i(x_i), the draft's probability of its token, num_steps x [num_reqs]
         self.token_probs: list[torch.Tensor] = []
+        # what the host read of the step (``read_back``): per request, its
+        # drafted tokens, its length, whether it stopped early, and the
+        # probabilities of its tokens (where kept)
+        self._token_rows: list[list[int]] = []
+        self._host_lengths: list[int] = []
+        self.stopped_early_host: list[bool] = []
+        self._token_prob_rows: list[list[float]] = []
+        self._read = False
 
     @property
     def needs_distribution(self) -> bool:
@@ -110,7 +137,7 @@ class DraftStep:
     ) -> bool:
         """Add one draft position; return True when every request has stopped."""
         self.token_ids.append(token_ids)
-        if token_probs is not None and self.keep_token_probs:
+        if token_probs is not None and self._reads_token_probs:
             self.token_probs.append(token_probs)
         if probs is not None:
             self.probs.append(probs)
@@ -135,13 +162,19 @@ class DraftStep:
                 )
                 self.stopped_early |= early
                 self.stopped |= early
-        if self.token_rule is not None and token_probs is not None:
+        if self.early_exit and self.token_rule is not None and token_probs is not None:
             self._apply_token_rule(position, token_probs)
         self.stopped |= reached_plan
-        if position >= self.num_steps or (self.stop_thresholds is None
-                                          and self.token_rule is None):
+        if not self.early_exit or position >= self.num_steps or (
+                self.stop_thresholds is None and self.token_rule is None):
             return False
         return bool(self.stopped.all())
+
+    @property
+    def _reads_token_probs(self) -> bool:
+        """The token probabilities are read back: for traces, or for a
+        per-token decision made after the loop."""
+        return self.keep_token_probs or (self.token_rule is not None and not self.early_exit)
 
     def _apply_token_rule(self, position: int, token_probs: torch.Tensor) -> None:
         """The policy's decision after this pass: which drafts end, where."""
@@ -163,11 +196,69 @@ class DraftStep:
             self.stopped |= ended_mask
 
     # -- after the loop -----------------------------------------------------------
+    def read_back(self, valid_counts: torch.Tensor | None = None) -> list[int] | None:
+        """Read the step's results on the host, in one read: every request's
+        drafted tokens, length and early stop, its tokens' probabilities
+        where they are kept, and ``valid_counts`` ([num_reqs], the last
+        verification's accepted + 1, where given; returned as a list)."""
+        num_reqs = len(self.planned_lengths)
+        num_passes = len(self.token_ids)
+        # [num_reqs, num_passes + 2 (+ num_passes) (+ 1)], one transfer
+        columns = [torch.stack(self.token_ids, dim=1), self.lengths.unsqueeze(1),
+                   self.stopped_early.unsqueeze(1)]
+        if self.token_probs:
+            columns.append(torch.stack(self.token_probs, dim=1))
+        if valid_counts is not None:
+            columns.append(valid_counts[:num_reqs].unsqueeze(1))
+        rows = torch.cat([c.to(torch.float64) for c in columns], dim=1).tolist()
+        self._read = True
+        self._token_rows = [[int(x) for x in row[:num_passes]] for row in rows]
+        self._host_lengths = [int(row[num_passes]) for row in rows]
+        self.stopped_early_host = [row[num_passes + 1] != 0.0 for row in rows]
+        column = num_passes + 2
+        if self.token_probs:
+            self._token_prob_rows = [row[column:column + num_passes] for row in rows]
+            column += num_passes
+        if valid_counts is None:
+            return None
+        return [int(row[column]) for row in rows]
+
+    def replay_token_rule(self) -> None:
+        """Without early exit: the policy's per-token decisions, made from
+        the read-back token probabilities pass by pass as ``record`` makes
+        them during the loop, so the lengths are those of the early-exit
+        path; only the passes run differ."""
+        if self.token_rule is None or self.early_exit:
+            return
+        planned = self.planned_lengths
+        lengths = list(self._host_lengths)
+        stopped = [False] * len(planned)
+        for index in range(len(self.token_ids)):
+            position = index + 1
+            active = [not s and k >= position for s, k in zip(stopped, planned)]
+            probs = [row[index] for row in self._token_prob_rows]
+            for i, end in enumerate(self.token_rule(position, probs, active)):
+                if end is not None and active[i]:
+                    lengths[i] = min(end, planned[i])
+                    stopped[i] = True
+                    self.stopped_early_host[i] |= lengths[i] < planned[i]
+            stopped = [s or k <= position for s, k in zip(stopped, planned)]
+        self._host_lengths = lengths
+
+    def _ensure_read(self) -> None:
+        if not self._read:
+            self.read_back()
+
+    @property
+    def host_lengths(self) -> list[int]:
+        """Each request's draft length (read back if it was not yet)."""
+        self._ensure_read()
+        return self._host_lengths
+
     def drafts(self) -> list[list[int]]:
         """Each request's draft, cut to its length (input batch order)."""
-        # [num_reqs, draft passes run]
-        rows = torch.stack(self.token_ids, dim=1).tolist()
-        return [row[:n] for row, n in zip(rows, self.lengths.tolist())]
+        self._ensure_read()
+        return [row[:n] for row, n in zip(self._token_rows, self._host_lengths)]
 
     def draft_probs(self) -> torch.Tensor | None:
         """[num_reqs, draft passes run, vocab] vLLM's draft probabilities
@@ -184,6 +275,7 @@ class DraftStep:
         only for AdaSD with relaxed verification, and only until that draft is
         verified. Gen-Only keeps the entropies alone.
         """
+        self._ensure_read()
         # [num_reqs, draft passes run]
         entropies = torch.stack(self.entropies, dim=1)
         # [num_reqs, draft passes run, vocab] or None
@@ -191,31 +283,36 @@ class DraftStep:
                          if self.distributions else None)
         return [KeptDraft(None if distributions is None else distributions[i, :n],
                           entropies[i, :n])
-                for i, n in enumerate(self.lengths.tolist())]
+                for i, n in enumerate(self._host_lengths)]
 
     def traced_token_probs(self) -> list[list[float]]:
         """Per request: the draft's probability of each token of its draft."""
-        # [num_reqs, draft passes run]
-        token_probs = torch.stack(self.token_probs, dim=1).tolist()
-        return [row[:n] for row, n in zip(token_probs, self.lengths.tolist())]
+        self._ensure_read()
+        return [row[:n] for row, n in zip(self._token_prob_rows, self._host_lengths)]
 
 
 def plan_draft_step(policy: DraftLengthPolicy, states: list, planned: list[int],
-                    device: torch.device, keep_token_probs: bool) -> DraftStep:
+                    device: torch.device, keep_token_probs: bool,
+                    early_exit: bool = True) -> DraftStep:
     """The step's ``DraftStep`` for a plan: the policy's per-token stop (a
-    threshold per request, or its decision after each pass, agreed on by
-    every tensor-parallel rank) and what its verification will read."""
+    threshold per request, or its decision after each pass) and what its
+    verification will read. With early exit, the per-pass decisions end the
+    loop, so every tensor-parallel rank takes rank 0's; without, every rank
+    runs the planned passes and the decisions only cut what rank 0 hands to
+    the scheduler."""
     measure = policy.stop_measure
     thresholds = None
     if measure is not None:  # per request (AdaSD: T_G, Algorithm 1 line 6)
-        thresholds = torch.tensor([policy.stop_threshold(s) for s in states],
-                                  dtype=torch.float32, device=device)
+        thresholds = async_tensor_h2d([policy.stop_threshold(s) for s in states],
+                                      dtype=torch.float32, device=device)
     token_rule = None
     if policy.decides_per_token:
         def token_rule(position, token_probs, active):
-            return same_decisions_on_every_rank(
-                policy.draft_on(states, position, token_probs, active), device)
+            decisions = policy.draft_on(states, position, token_probs, active)
+            return (same_decisions_on_every_rank(decisions, device) if early_exit
+                    else decisions)
     return DraftStep(planned, device, thresholds, stop_on=measure or "confidence",
                      keep_entropies=policy.learns_per_token,
                      keep_distributions=policy.relaxes_verification,
-                     token_rule=token_rule, keep_token_probs=keep_token_probs)
+                     token_rule=token_rule, keep_token_probs=keep_token_probs,
+                     early_exit=early_exit)

@@ -53,6 +53,7 @@ from vllm_gammatune.draft_kv.catch_up import DraftCatchUp, step_positions
 from vllm_gammatune.draft_kv.holes import DraftKVHoles
 from vllm_gammatune.drafter.draft_distribution import draft_distribution, proposed_token_probs
 from vllm_gammatune.drafter.draft_step import DraftStep, EveryRequestStopped, plan_draft_step
+from vllm_gammatune.drafter.hot_path import uses_cuda_hot_path
 from vllm_gammatune.drafter.request_records import RequestRecords
 from vllm_gammatune.drafter.step_metrics import attach_step_metrics
 from vllm_gammatune.drafter.step_timing import StepTimer
@@ -79,6 +80,11 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
         assert settings is not None, "AdaptiveDraftModelProposer without settings"
         self.settings = settings
         self.policy = settings.make_policy()
+        #: the CUDA hot path: one read per step, after the draft passes
+        #: (``hot_path``); off, the host path with early exits
+        self.hot_path = uses_cuda_hot_path(self.device)
+        if self.hot_path:
+            self.policy.adapt_to_drafter(runs_every_planned_pass=True, observation_lag=1)
         self._runner = runner
         #: where the draft's KV cache lacks positions (``skips_drafts``)
         self.draft_kv_holes = DraftKVHoles()
@@ -137,16 +143,22 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
         start = time.perf_counter()
         req_ids = list(runner.input_batch.req_ids)
         self.records.forget_missing(runner.requests)
-        self._observe_verification(req_ids, BatchView(batch_size=len(req_ids)))
+        verification, self._pending_verification = self._pending_verification, None
+        if self.policy.learns_per_token:
+            verification = None  # it learns at the rejection sampler instead
+        if not self.hot_path and verification is not None:
+            # the host path reads the last verification before it plans
+            self._observe(req_ids, verification[0], verification[1].tolist())
+            verification = None
         cad = kwargs.get("common_attn_metadata")
         batch, decode_only = self._batch_view(req_ids, num_speculative_tokens, cad)
         step = self._plan(req_ids, batch, num_speculative_tokens)
         self.policy_seconds += time.perf_counter() - start
         if step.num_steps == 0:
-            return self._skip_draft_model(req_ids, step)
+            return self._skip_draft_model(req_ids, step, verification)
         num_caught_up = self._catch_up_before_drafting(cad, step, batch)
         self._draft(step, cad, decode_only, args, kwargs)
-        drafts = self._cut_and_keep(req_ids, step)
+        drafts = self._cut_and_keep(req_ids, step, verification)
         self._record_step(drafts, step, num_catch_up_tokens=num_caught_up)
         return drafts
 
@@ -163,16 +175,15 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
             common_attn_metadata, spec_decode_metadata, valid_sampled_tokens_count
         )
 
-    def _observe_verification(self, req_ids: list[str], batch: BatchView) -> None:
-        """Count-based update (a policy that learns per token learns at the
-        rejection sampler instead: ``verify.adasd_verifier``)."""
-        if self._pending_verification is None or self.policy.learns_per_token:
-            self._pending_verification = None
+    def _observe(self, req_ids: list[str], num_draft_tokens: list[int],
+                 valid_counts: list[int]) -> None:
+        """Count-based update from one verification (a policy that learns per
+        token learns at the rejection sampler instead: ``verify.adasd_verifier``).
+        ``valid_counts``: [num_reqs] accepted drafts + 1 (0 if discarded)."""
+        if self.policy.learns_per_token:
             return
-        num_draft_tokens, valid_counts = self._pending_verification
-        self._pending_verification = None
-        valid = valid_counts.tolist()
-        for req_id, drafted, num_valid in zip(req_ids, num_draft_tokens, valid):
+        batch = BatchView(batch_size=len(req_ids))
+        for req_id, drafted, num_valid in zip(req_ids, num_draft_tokens, valid_counts):
             if drafted <= 0 or num_valid <= 0:
                 continue
             accepted = min(drafted, num_valid - 1)
@@ -196,7 +207,7 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
         shape for a policy that reads step costs or may skip the draft."""
         if self._timer is None and self._catch_up is None:
             return BatchView(batch_size=len(req_ids)), None
-        positions = step_positions(cad)
+        positions = step_positions(self._runner, len(req_ids))
         # Prefill chunks are compute-bound and hundreds of tokens long; a
         # line through them says little about verifying a few draft tokens,
         # which is what the decision is about: fit decode steps only.
@@ -224,12 +235,18 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
             decision = policy.last_decision
             if decision is not None:
                 trace.record_step(decision)
-        return plan_draft_step(policy, states, planned, self.device, keep_token_probs=tracing)
+        return plan_draft_step(policy, states, planned, self.device, keep_token_probs=tracing,
+                               early_exit=not self.hot_path)
 
     # -- 3. catch up (or skip the draft model) -------------------------------------
-    def _skip_draft_model(self, req_ids: list[str], step: DraftStep) -> list[list[int]]:
-        """No request drafts: the draft model does not run this step."""
+    def _skip_draft_model(self, req_ids: list[str], step: DraftStep,
+                          verification=None) -> list[list[int]]:
+        """No request drafts: the draft model does not run this step (the
+        hot path still reads the last verification: this step's one read)."""
         assert self._catch_up is not None, "only a policy that skips_drafts plans 0"
+        if verification is not None:
+            num_draft_tokens, valid_counts = verification
+            self._observe(req_ids, num_draft_tokens, valid_counts[:len(req_ids)].tolist())
         self.skipped_this_step = True
         self._catch_up.on_skipped()
         self._last_draft_probs = None
@@ -243,7 +260,7 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
         if self._catch_up is None:
             return 0
         return self._catch_up.catch_up(
-            self, cad, self._runner.input_batch.token_ids_cpu, step.planned.tolist(),
+            self, cad, self._runner.input_batch.token_ids_cpu, step.planned_lengths,
             batch.catch_up_tokens, self._timer)
 
     # -- 4. draft: vLLM's draft loop ------------------------------------------------
@@ -305,9 +322,21 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
         return token_ids, probs
 
     # -- 5. cut, and keep what verification and the trace need -------------------
-    def _cut_and_keep(self, req_ids: list[str], step: DraftStep) -> list[list[int]]:
+    def _cut_and_keep(self, req_ids: list[str], step: DraftStep,
+                      verification=None) -> list[list[int]]:
+        """Read the step back (with the last verification, on the hot path),
+        cut each draft to its length and keep what its verification and the
+        trace will need."""
         start = time.perf_counter()
         self.policy.draft_ended(len(step.token_ids))
+        if verification is None:
+            step.read_back()
+        else:
+            num_draft_tokens, valid_counts = verification
+            # the verification first: the policy learns from it before it
+            # judges this step's tokens, in the host path's order
+            self._observe(req_ids, num_draft_tokens, step.read_back(valid_counts))
+        step.replay_token_rule()
         drafts = step.drafts()
         draft_probs = step.draft_probs()
         if draft_probs is not None:  # read by vLLM's rejection sampler

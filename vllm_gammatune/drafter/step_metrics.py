@@ -40,9 +40,9 @@ class StepMetrics:
         ``discarded``: [num_reqs] vLLM's mask of requests whose sampled token
         is discarded (a prompt chunk), whose drafts are not counted."""
         num_reqs = len(drafts)
-        planned = step.planned.tolist()
+        planned = step.planned_lengths
         kept = [i for i in range(num_reqs) if not discarded[i]]
-        early = step.stopped_early.tolist()
+        early = step.stopped_early_host or [False] * num_reqs
         num_early = sum(1 for i in kept if early[i])
         num_stopped_tokens = sum(planned[i] - len(drafts[i]) for i in kept if early[i])
         entropy_stops = step.stop_on == "entropy"

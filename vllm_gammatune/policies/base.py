@@ -229,6 +229,15 @@ class DraftLengthPolicy(ABC):
     def observe_cycle_wall_time(self, seconds: float) -> None:
         """The wall time since the last plan (reported just before the next)."""
 
+    # -- how the drafter drafts ---------------------------------------------------
+    def adapt_to_drafter(self, runs_every_planned_pass: bool, observation_lag: int) -> None:
+        """Called once by a drafter that differs from the default one (the
+        CUDA hot path, ``docs/cuda.md``): it runs every planned draft pass
+        (no early exit: a per-token stop only trims what is kept), and it
+        hands over each verification ``observation_lag`` plans late (1: the
+        verification of a draft arrives after the next plan). Default: a
+        policy whose per-draft state does not outlive a plan needs nothing."""
+
     # -- explaining a step -----------------------------------------------------------
     @property
     def last_decision(self) -> Any:

@@ -133,6 +133,17 @@ class CostAwarePolicy(DraftLengthPolicy):
         self.drafting = DraftingShare()
         #: what the last ``plan_batch`` chose, for ``last_decision``
         self._planned: PlannedStep | None = None
+        #: a ruled draft may run to the cap: the drafter ends the loop when
+        #: the rule stops every draft (off where it runs every planned pass)
+        self._ruled_drafts_run_to_cap = True
+
+    def adapt_to_drafter(self, runs_every_planned_pass: bool, observation_lag: int) -> None:
+        """A drafter without early exit pays for every planned pass, so a
+        ruled draft is planned at the step plan's length, and the per-token
+        stop only trims it; verifications that arrive one plan late are
+        matched with the draft they verify (``TokenStop.verified_draft``)."""
+        self._ruled_drafts_run_to_cap = not runs_every_planned_pass
+        self.token_stop.verification_lag = observation_lag
 
     # -- the parts' settings that tools and tests read -------------------------
     @property
@@ -311,7 +322,8 @@ class CostAwarePolicy(DraftLengthPolicy):
                        rates: list[float], costs: StepCosts, drafting_scale: float,
                        plan: list[int], lengths: list[int]) -> list[int]:
         """The lengths the proposer drafts: in a decode step, a request that
-        drafts for its own sake gets the cap, and the per-token stop ends its
+        drafts for its own sake gets the cap (the plan's length where the
+        drafter runs every planned pass), and the per-token stop ends its
         draft where the next token stops paying, priced at the rate the plan
         expects (``TokenPrices``)."""
         ruled = [k > 0 and not batch.has_prefill for k in plan]
@@ -321,7 +333,7 @@ class CostAwarePolicy(DraftLengthPolicy):
             prices = TokenPrices(rate=drafting_scale * tokens / seconds,
                                  per_token=costs.per_token, per_pass=costs.later_pass)
         self.token_stop.begin_draft(states, prices, ruled, lengths, rates)
-        if prices is None:
+        if prices is None or not self._ruled_drafts_run_to_cap:
             return lengths
         return [self.max_num_draft_tokens if r else k for r, k in zip(ruled, lengths)]
 

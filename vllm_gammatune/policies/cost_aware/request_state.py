@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from vllm_gammatune.policies.cost_aware.token_draft import TokenDraft
+
 
 @dataclass
 class CostAwareState:
@@ -23,15 +25,8 @@ class CostAwareState:
     # -- the per-token stop (``token_stop``) --
     #: the request's own offset in the token-acceptance model
     bias: float = 0.0
-    #: True when the per-token stop governs this step's draft
-    ruled: bool = False
-    #: estimated chance that every token drafted so far this step is accepted
-    survival: float = 1.0
-    #: logit(q) of each token drafted this step, until its verification
-    features: list[float] = field(default_factory=list)
-    #: the estimated acceptance of each of them, as predicted when drafted
-    predicted: list[float] = field(default_factory=list)
-    #: the step plan's length for this request and the tokens it expected
-    #: of it, while the rule governs its draft
-    planned_length: int = 0
-    planned_tokens: float = 0.0
+    #: the draft of the last plan
+    draft: TokenDraft = field(default_factory=TokenDraft)
+    #: the draft of the plan before it (read where verifications arrive one
+    #: plan late)
+    previous_draft: TokenDraft = field(default_factory=TokenDraft)

@@ -44,22 +44,11 @@ from dataclasses import dataclass
 
 from vllm_gammatune.policies.cost_aware.acceptance_rates import expected_tokens
 from vllm_gammatune.policies.cost_aware.request_state import CostAwareState
+from vllm_gammatune.policies.cost_aware.token_draft import TokenDraft, TokenPrices
 from vllm_gammatune.policies.cost_aware.token_acceptance import (
     TokenAcceptanceModel,
     logit,
 )
-
-
-@dataclass(frozen=True)
-class TokenPrices:
-    """What one more draft token of this step is measured against."""
-
-    #: R: tokens per second the step's plan is expected to make
-    rate: float
-    #: seconds of one more draft token (verification + next first pass)
-    per_token: float
-    #: seconds of one more draft pass over the batch
-    per_pass: float
 
 
 def judge_token(model: TokenAcceptanceModel, feature: float, position: int,
@@ -109,7 +98,7 @@ class CycleRevision:
 
 
 class TokenStop:
-    """The rule's state for the step being drafted, and its token model.
+    """The rule's prices for the step being drafted, and its token model.
 
     Args:
         enabled: the rule governs drafts; off, it only calibrates its model
@@ -122,12 +111,19 @@ class TokenStop:
         self.model = TokenAcceptanceModel()
         #: prices of the step being drafted, None where the rule is off
         self._prices: TokenPrices | None = None
+        #: plans between a draft and its verification's arrival (1 where the
+        #: drafter hands verifications over one plan late)
+        self.verification_lag = 0
 
     @property
     def seconds_per_pass(self) -> float:
         """The price of one more draft pass of the step being drafted (0
         where the rule does not act)."""
         return 0.0 if self._prices is None else self._prices.per_pass
+
+    def verified_draft(self, state: CostAwareState) -> TokenDraft:
+        """The draft the request's next verification is of."""
+        return state.previous_draft if self.verification_lag else state.draft
 
     def begin_draft(self, states: list[CostAwareState], prices: TokenPrices | None = None,
                     ruled: Sequence[bool] = (), lengths: Sequence[int] = (),
@@ -138,13 +134,12 @@ class TokenStop:
         [num_reqs]); without, it governs none this step."""
         self._prices = prices
         for i, state in enumerate(states):
-            state.ruled = prices is not None and ruled[i]
-            state.survival = 1.0
-            state.features = []
-            state.predicted = []
-            if state.ruled:
-                state.planned_length = lengths[i]
-                state.planned_tokens = expected_tokens(rates[i], lengths[i])
+            draft = TokenDraft()
+            if prices is not None and ruled[i]:
+                draft.prices = prices
+                draft.planned_length = lengths[i]
+                draft.planned_tokens = expected_tokens(rates[i], lengths[i])
+            state.previous_draft, state.draft = state.draft, draft
 
     def draft_on(self, states: list[CostAwareState], position: int,
                  token_probs: Sequence[float], active: Sequence[bool]) -> list[int | None]:
@@ -160,14 +155,15 @@ class TokenStop:
         for i, (state, q, drafted) in enumerate(zip(states, token_probs, active)):
             if not drafted:
                 continue
+            draft = state.draft
             feature = logit(q)
-            state.features.append(feature)
+            draft.features.append(feature)
             alpha = model.predict(feature, position, state.bias)
-            state.predicted.append(alpha)
-            if not state.ruled:
+            draft.predicted.append(alpha)
+            if not draft.ruled:
                 continue
-            state.survival *= alpha
-            end, gain = judge_token(model, feature, position, state.survival, state.bias,
+            draft.survival *= alpha
+            end, gain = judge_token(model, feature, position, draft.survival, state.bias,
                                     threshold)
             if end is None:
                 going_on.append((i, gain))
@@ -184,25 +180,26 @@ class TokenStop:
         (1 + the survivals of the tokens kept) and their verification,
         instead of the plan's length and geometric expectation. None: not a
         ruled draft."""
-        if not state.ruled or self._prices is None:
+        draft = self.verified_draft(state)
+        if draft.prices is None:
             return None
         expected, survival = 0.0, 1.0
-        for alpha in state.predicted[:num_draft_tokens]:
+        for alpha in draft.predicted[:num_draft_tokens]:
             survival *= alpha
             expected += survival
         return CycleRevision(
-            accepted_tokens=expected, tokens=1.0 + expected - state.planned_tokens,
-            seconds=(num_draft_tokens - state.planned_length) * self._prices.per_token)
+            accepted_tokens=expected, tokens=1.0 + expected - draft.planned_tokens,
+            seconds=(num_draft_tokens - draft.planned_length) * draft.prices.per_token)
 
     def learn(self, state: CostAwareState, num_draft_tokens: int,
               num_accepted_tokens: int) -> None:
         """Label the verified tokens of the request's last draft."""
-        if num_draft_tokens and state.features:
-            state.bias = self.model.learn(
-                state.features[:num_draft_tokens], num_accepted_tokens, state.bias)
+        features = self.verified_draft(state).features
+        if num_draft_tokens and features:
+            state.bias = self.model.learn(features[:num_draft_tokens], num_accepted_tokens,
+                                          state.bias)
 
-    @staticmethod
-    def verification_details(state: CostAwareState, num_draft_tokens: int) -> dict:
-        """The last draft's tokens as the rule saw them (for traces)."""
+    def verification_details(self, state: CostAwareState, num_draft_tokens: int) -> dict:
+        """The last verified draft's tokens as the rule saw them (for traces)."""
         return {"predicted_acceptance": [round(a, 4) for a in
-                                         state.predicted[:num_draft_tokens]]}
+                                         self.verified_draft(state).predicted[:num_draft_tokens]]}
