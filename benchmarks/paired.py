@@ -55,7 +55,7 @@ from pathlib import Path
 from gammatune_tools.bench.context import run_context, write_context
 from gammatune_tools.bench.counters import EngineCounts
 from gammatune_tools.bench.methods import (METHOD_NAMES, engine_k, method_name,
-                                           speculative_config)
+                                           speculative_config, started_with_environment)
 from gammatune_tools.bench.paired import (check_engines, complete_rounds, engine_order,
                                           write_summary)
 from gammatune_tools.bench.plots import plot_pool
@@ -154,8 +154,9 @@ def main(engine_counts: type[EngineCounts] = EngineCounts) -> None:
                                       args.cap)
             if args.trace:  # the engine's processes read it when they start
                 os.environ["VLLM_GAMMATUNE_TRACE"] = str(trace_path(out, method))
-            engines[method] = start_llm(target, spec, max_model_len=args.max_model_len,
-                                        dtype=args.dtype, max_num_seqs=max(batch_sizes))
+            with started_with_environment(method):
+                engines[method] = start_llm(target, spec, max_model_len=args.max_model_len,
+                                            dtype=args.dtype, max_num_seqs=max(batch_sizes))
             counts[method] = engine_counts(engines[method])
             generate(engines[method], conversations[:1], params)  # warm-up, not timed
         for size in batch_sizes:

@@ -13,14 +13,17 @@ draft length, which the registry does not know:
 - ``window``: ``k`` is ignored; the cap is the registry's default (AdaSD's
   window W).
 
-Entries of ``--methods`` in interleaved runs may carry an engine suffix:
+Entries of ``--methods`` in interleaved runs may carry engine suffixes:
 ``NAME#2`` is a second engine of NAME (A/A runs), ``NAME@3`` is NAME at
-``k`` = 3.
+``k`` = 3, ``NAME+hot`` (``+host``) is NAME with the plugin's CUDA hot path
+forced on (off) in that engine's processes (``ENGINE_ENVIRONMENTS``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+import contextlib
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -118,15 +121,50 @@ def check_method_names(methods: Iterable[str], allowed: Iterable[str] = METHOD_N
             raise ValueError(f"--methods: unknown {method!r}; allowed: {', '.join(allowed)}")
 
 
+#: ``+NAME`` suffix -> the environment of that engine's processes
+ENGINE_ENVIRONMENTS: Mapping[str, Mapping[str, str]] = MappingProxyType({
+    "hot": MappingProxyType({"VLLM_GAMMATUNE_CUDA_HOT_PATH": "1"}),
+    "host": MappingProxyType({"VLLM_GAMMATUNE_CUDA_HOT_PATH": "0"}),
+})
+
+
 def method_name(engine: str) -> str:
     """``--methods`` entry -> method: ``no_spec#2`` is a second ``no_spec``
-    engine (A/A runs); ``vllm_draft_model@3`` is that method at K = 3."""
-    return engine.partition("#")[0].partition("@")[0]
+    engine (A/A runs); ``vllm_draft_model@3`` is that method at K = 3;
+    ``gammatune_cost+hot`` is that method on the CUDA hot path."""
+    return engine.partition("#")[0].partition("+")[0].partition("@")[0]
+
+
+def engine_environment(engine: str) -> Mapping[str, str]:
+    """The environment an entry's engine starts with (its ``+NAME``)."""
+    suffix = engine.partition("#")[0].partition("+")[2]
+    if not suffix:
+        return {}
+    if suffix not in ENGINE_ENVIRONMENTS:
+        raise ValueError(f"--methods: {engine!r}: unknown '+{suffix}'; allowed: "
+                         + ", ".join(f"+{name}" for name in ENGINE_ENVIRONMENTS))
+    return ENGINE_ENVIRONMENTS[suffix]
+
+
+@contextlib.contextmanager
+def started_with_environment(engine: str) -> Iterator[None]:
+    """Set the entry's environment while its engine starts (vLLM's engine
+    and worker processes inherit it then), and restore it after."""
+    saved = {key: os.environ.get(key) for key in engine_environment(engine)}
+    os.environ.update(engine_environment(engine))
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def engine_k(engine: str, default: int) -> int:
     """The draft length of an entry: its ``@K``, else ``--k``'s."""
-    k = engine.partition("#")[0].partition("@")[2]
+    k = engine.partition("#")[0].partition("+")[0].partition("@")[2]
     if not k:
         return default
     if not k.isdigit() or int(k) < 1:

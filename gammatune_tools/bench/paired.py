@@ -18,7 +18,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from gammatune_tools.bench.context import read_context
-from gammatune_tools.bench.methods import check_method_names, engine_k, method_name
+from gammatune_tools.bench.methods import (check_method_names, engine_environment, engine_k,
+                                           method_name)
 from gammatune_tools.bench.records import read_jsonl
 from gammatune_tools.bench.stats import ratio_interval
 from gammatune_tools.bench.tables import fmt, format_interval, percent
@@ -45,6 +46,7 @@ def check_engines(methods: list[str], ks: list[int], baseline: str | None,
     check_method_names(methods, known, name_of=method_name)
     for method in methods:
         engine_k(method, 1)
+        engine_environment(method)
     if len(set(methods)) != len(methods):
         raise ValueError("--methods: each engine once (a second engine of one method: NAME#2)")
     if len(ks) != 1:

@@ -1,5 +1,7 @@
 """gammatune_tools.bench.methods: the harness's methods on the registry's."""
 
+import os
+
 import pytest
 
 from gammatune_tools.bench.methods import (K_ROLE, METHOD_NAMES, VARIANTS, check_method_names,
@@ -82,3 +84,18 @@ def test_engine_entries_name_a_second_engine_or_a_length():
     with pytest.raises(ValueError, match="after '@' must be an integer >= 1"):
         engine_k("vllm_draft_model@0", 8)
     assert not drafts("no_spec") and drafts("gammatune_cost")
+
+
+def test_an_engine_suffix_sets_the_environment_its_engine_starts_with(monkeypatch):
+    from gammatune_tools.bench.methods import (engine_environment, engine_k, method_name,
+                                               started_with_environment)
+
+    monkeypatch.delenv("VLLM_GAMMATUNE_CUDA_HOT_PATH", raising=False)
+    assert method_name("gammatune_cost+hot#2") == "gammatune_cost"
+    assert engine_k("vllm_draft_model@3+host", 1) == 3
+    assert engine_environment("gammatune") == {}
+    with started_with_environment("gammatune_cost+hot"):
+        assert os.environ["VLLM_GAMMATUNE_CUDA_HOT_PATH"] == "1"
+    assert "VLLM_GAMMATUNE_CUDA_HOT_PATH" not in os.environ
+    with pytest.raises(ValueError, match=r"\+warm.*allowed: \+hot, \+host"):
+        engine_environment("gammatune+warm")

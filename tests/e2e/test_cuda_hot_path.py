@@ -1,0 +1,63 @@
+"""The CUDA hot path, run on the CPU (``VLLM_GAMMATUNE_CUDA_HOT_PATH=1``).
+
+On a GPU every read of a tensor's values on the host stalls the host
+(``drafter/hot_path.py``). Here such a read costs nothing, so it is counted
+instead (``host_reads``): for every method, the plugin's own code reads at
+most once per engine step, and never before the step's first draft pass;
+and the lossless methods still give the target's greedy output.
+"""
+
+from __future__ import annotations
+
+import pytest
+from host_reads import count_host_reads, model_runner
+from llm_helpers import PROMPTS, drafter, running_llm
+from record_behaviour import CONFIGS
+
+MAX_TOKENS = 32
+
+
+def _greedy(llm):
+    from vllm import SamplingParams
+
+    outs = llm.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=MAX_TOKENS),
+                        use_tqdm=False)
+    return [list(o.outputs[0].token_ids) for o in outs]
+
+
+@pytest.fixture(scope="module")
+def reference(tiny):
+    with running_llm(tiny["target"]) as llm:
+        return _greedy(llm)
+
+
+def _spec(tiny, name: str) -> dict:
+    return {"model": tiny["draft"], "num_speculative_tokens": 8, **CONFIGS[name]}
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_one_read_per_step_after_the_draft_passes(tiny, reference, name, monkeypatch):
+    monkeypatch.setenv("VLLM_GAMMATUNE_CUDA_HOT_PATH", "1")
+    with running_llm(tiny["target"], _spec(tiny, name)) as llm:
+        assert drafter(llm).hot_path
+        with count_host_reads(model_runner(llm)) as log:
+            tokens = _greedy(llm)
+    drafting_steps = [s for s in log.steps() if any(e[0] == "pass" for e in s)]
+    assert drafting_steps, "the draft model should run on some steps"
+    assert log.max_reads_in_a_step() <= 1, dict(log.where())
+    assert log.reads_before_first_pass() == []
+    if CONFIGS[name]["method"] != "adasd":  # AdaSD is lossy
+        assert tokens == reference
+
+
+def test_the_host_path_reads_after_each_pass_and_exits_early(tiny, reference, monkeypatch):
+    """The counter sees reads where they are: the host path asks after every
+    draft pass whether a request still drafts (free on the CPU)."""
+    monkeypatch.setenv("VLLM_GAMMATUNE_CUDA_HOT_PATH", "0")
+    with running_llm(tiny["target"], _spec(tiny, "gammatune_plus")) as llm:
+        assert not drafter(llm).hot_path
+        with count_host_reads(model_runner(llm)) as log:
+            tokens = _greedy(llm)
+    assert tokens == reference
+    assert log.max_reads_in_a_step() > 1
+    assert log.reads_before_first_pass()  # the last verification, before planning
