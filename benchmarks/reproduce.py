@@ -4,7 +4,8 @@ Each name is a file ``benchmarks/configs/NAME.json`` holding the exact
 arguments the published run used. This module only turns that file into
 command lines of the benchmark commands (``python -m benchmarks.X`` for
 ``run_bench``, ``paired``, ``oracle``, ``idle_overhead``, ``serve_bench``,
-``report``, ``gsm8k_quality``, ``plugin_memory``) and runs them one after
+``report``, ``gsm8k_quality``, ``plugin_memory``, ``gpu_suite``,
+``traffic``) and runs them one after
 another from the repository root; the measuring is theirs.
 
     python -m benchmarks.reproduce --list
@@ -58,10 +59,16 @@ HARNESS = {
     "report": "positional",
     "gsm8k_quality": "positional",
     "plugin_memory": None,
+    "gpu_suite": "--out",
+    "traffic": "--out",
 }
 
 #: harnesses that load models and accept --methods, --target and --draft
-ENGINE_HARNESS = ("run_bench", "paired", "idle_overhead", "serve_bench")
+ENGINE_HARNESS = ("run_bench", "paired", "idle_overhead", "serve_bench", "gpu_suite",
+                  "traffic")
+
+#: harnesses whose own --dry-run lists the cells they would measure
+LISTS_CELLS = ("gpu_suite",)
 
 #: sizes every engine harness takes; a quick override of any other key applies
 #: only to steps that set that key themselves (e.g. ``rounds``)
@@ -121,10 +128,10 @@ def check_config(config: dict, where: str) -> None:
 
 def method_names(step: dict) -> list[str]:
     """The methods a step measures, as the harness resolves them: ``NAME#2`` is a
-    second engine of NAME, ``NAME@3`` is NAME at K = 3, and ``--spec NAME=JSON``
-    defines NAME."""
+    second engine of NAME, ``NAME@3`` is NAME at K = 3, ``NAME+hot`` is NAME on
+    the CUDA hot path, and ``--spec NAME=JSON`` defines NAME."""
     spec_names = {option.partition("=")[0].strip() for option in step["args"].get("spec", [])}
-    names = [m.strip().split("#", 1)[0].split("@", 1)[0]
+    names = [m.strip().split("#", 1)[0].split("+", 1)[0].split("@", 1)[0]
              for m in step["args"]["methods"].split(",") if m.strip()]
     return [m for m in names if m not in spec_names]
 
@@ -239,7 +246,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(error))
     if args.dry_run:
         for command in commands:
-            print(shell_line(command))
+            print(shell_line(command), flush=True)
+            if command["argv"][2] in {module(harness) for harness in LISTS_CELLS}:
+                subprocess.call([*command["argv"], "--dry-run"], cwd=REPO)
         return 0
     return run(commands)
 

@@ -4,7 +4,9 @@ Everything is built on the fly (no model hub access needed), deterministically
 (fixed seeds) and cached on disk (a second call with the same ``root`` is a
 no-op).  The models are plain ``LlamaForCausalLM`` checkpoints saved as
 safetensors + ``config.json`` + tokenizer files, in float32, which vLLM on CPU
-loads in a few seconds.
+loads in a few seconds.  What they are made of (sizes, weight scales, corpus,
+prompts) is ``tiny_model_recipe``; measuring them with plain transformers is
+``tiny_model_agreement``.
 
 Entry point::
 
@@ -15,193 +17,46 @@ Entry point::
     paths["draft_identical"]    # exact copy of target: 100 % agreement
     paths["draft_other_vocab"]  # smaller Llama with its own tokenizer (vocab != V)
 
-Design notes
-------------
-* Weights use a per-tensor init std ``INIT_GAINS[kind] / sqrt(fan_in)`` (not
-  HF's 0.02), so that each block keeps unit scale and the logits have std ~8:
-  the next-token distribution is peaked and the greedy argmax is separated
-  from the runner-up by ~1 logit on average (min 0.055 over the 256 greedy
-  steps of ``PROMPTS``), far above fp32 kernel differences between batched
-  and unbatched execution.  Greedy output is therefore stable, and
-  spec-decode with any draft reproduces the target's greedy text exactly.
-* The lm_head rows of the special tokens (pad/bos/eos/role markers) and of
-  the byte tokens that are not printable ASCII are zeroed, so the models
-  (practically) never emit them: generated text is readable ASCII gibberish
-  (not one repeated token), and generation always runs to ``max_tokens``,
-  which keeps token counts in tests predictable.  Use stop strings or
-  ``ignore_eos`` if a test needs specific stop behaviour.
-* ``draft`` is the target's weights plus Gaussian noise of relative scale
-  ``DRAFT_NOISE``; its teacher-forced greedy agreement with the target is
-  0.66 on ``PROMPTS`` (see ``greedy_agreement``).  In vLLM with
-  ``num_speculative_tokens=3`` it accepts ~49 % of draft tokens
-  (mean acceptance length ~2.5).
-* Weights are stored in float32 (``config.json`` ``dtype``); pass
-  ``dtype="float32"`` to vLLM (its CPU default would otherwise be bf16).
-* Helpers run torch single-threaded (``_one_thread``): on a busy 2-core
-  machine, multi-threaded OpenMP makes these tiny forwards ~100x slower.
+Builds run torch single-threaded (``one_torch_thread``): on a busy 2-core
+machine, multi-threaded OpenMP makes these tiny forwards ~100x slower.
 """
 
 from __future__ import annotations
 
-import hashlib
+import contextlib
 import json
 import math
 import os
 import shutil
 import string
 import tempfile
-from typing import Iterable, Sequence
+from typing import Iterable
 
-# Cached builds are reused only if their stamp matches ``_fingerprint()``
-# (this version + all the constants below); bump it when the build code
-# changes in a way the constants do not capture.
-BUILD_VERSION = "2"
+from tiny_model_recipe import (BOS, CHAT_TEMPLATE, CORPUS, DRAFT_NOISE, DTYPE, EOS, INIT_GAINS,
+                               OTHER_ARCH, OTHER_VOCAB, PAD, ROLE_TOKENS, SEED, SPECIAL_TOKENS,
+                               TARGET_ARCH, TARGET_VOCAB, recipe_fingerprint)
+
 _STAMP = "tiny_build.json"
-
-SEED = 1234
-DTYPE = "float32"
-
-# Special tokens (first ids of the vocabulary, in this order).
-PAD, BOS, EOS = "<|pad|>", "<|bos|>", "<|eos|>"
-ROLE_TOKENS = ["<|system|>", "<|user|>", "<|assistant|>"]
-SPECIAL_TOKENS = [PAD, BOS, EOS, *ROLE_TOKENS]
-
-TARGET_VOCAB = 768
-OTHER_VOCAB = 512
-
-# Simple chat template:  <|bos|><|user|>\nhi<|eos|>\n<|assistant|>\n
-CHAT_TEMPLATE = (
-    "{{ bos_token }}"
-    "{%- for message in messages -%}"
-    "{{ '<|' + message['role'] + '|>\n' + message['content'] + eos_token + '\n' }}"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}{{ '<|assistant|>\n' }}{%- endif -%}"
-)
-
-TARGET_ARCH = dict(
-    hidden_size=128,
-    intermediate_size=256,
-    num_hidden_layers=2,
-    num_attention_heads=4,  # head_dim 32 (supported by vLLM's CPU attention)
-    num_key_value_heads=2,
-    max_position_embeddings=2048,
-    rms_norm_eps=1e-5,
-    rope_theta=10000.0,
-    tie_word_embeddings=False,
-)
-OTHER_ARCH = dict(TARGET_ARCH, hidden_size=64, intermediate_size=128,
-                  num_attention_heads=2, num_key_value_heads=1)
-
-# Init gains per tensor kind (std = gain / sqrt(fan_in); embeddings: std = gain).
-# HF's default (std 0.02 everywhere) gives near-uniform next-token
-# distributions; these give peaked ones (lm_head gain -> logit std) while
-# keeping each block's output at unit scale, so the network is not chaotic.
-INIT_GAINS = {
-    "embed_tokens": 1.0,
-    "q_proj": 1.5,
-    "k_proj": 1.5,
-    "v_proj": 1.0,
-    "o_proj": 1.0,
-    "gate_proj": 1.0,
-    "up_proj": 1.0,
-    "down_proj": 1.0,
-    "lm_head": 8.0,
-}
-# Relative std of the noise added to each target tensor to make ``draft``.
-DRAFT_NOISE = 0.08
-
-# Prompts of different lengths, shared by the agreement measurement and tests.
-PROMPTS = [
-    "Hello",
-    "The quick brown fox",
-    "def add(a, b):\n    return",
-    "Once upon a time, in a small village by the sea, there lived",
-    "import numpy as np\n\nx = np.arange(10)\nprint(x.sum())\n# the result is",
-    "Speculative decoding uses a small draft model to propose tokens that a "
-    "larger target model then verifies in a single forward pass, which",
-    "Q: What is the capital of France?\nA:",
-    "for i in range(3):\n    for j in range(3):\n        if i == j:\n            "
-    "print(i, j)\n        else:\n            continue\n# This loop prints the "
-    "diagonal pairs of a three by three grid, and the output of the program",
-]
-
-_CORPUS = r"""
-The quick brown fox jumps over the lazy dog. A small model can still write
-text, although the words it picks may not make much sense. Speculative
-decoding lets a draft model propose several tokens, and the target model
-checks them all at once. When the draft is right, many tokens are accepted in
-one step; when it is wrong, the target keeps its own token and the rest of the
-proposal is thrown away. The output is the same as if the target had worked
-alone, only faster.
-Once upon a time, in a small village by the sea, there lived an old man and
-his daughter. Every morning they went to the market to sell fish, bread and
-apples. The weather was often cold and the road was long, but they were happy.
-Q: What is the capital of France?
-A: The capital of France is Paris.
-Q: How many days are there in a week?
-A: There are seven days in a week: Monday, Tuesday, Wednesday, Thursday,
-Friday, Saturday and Sunday.
-Numbers: 0 1 2 3 4 5 6 7 8 9 10 11 12 42 100 256 1000 2048 3.14 2.718
-The server receives a request, schedules it in a batch, runs the model and
-streams the result back to the client. Latency and throughput both matter.
-def add(a, b):
-    return a + b
-
-def fib(n):
-    if n < 2:
-        return n
-    return fib(n - 1) + fib(n - 2)
-
-class Counter:
-    def __init__(self, start=0):
-        self.value = start
-
-    def increment(self, step=1):
-        self.value += step
-        return self.value
-
-import numpy as np
-x = np.arange(10)
-print(x.sum())
-for i in range(3):
-    for j in range(3):
-        if i == j:
-            print(i, j)
-        else:
-            continue
-result = [k * k for k in range(20) if k % 2 == 0]
-data = {"name": "tiny", "layers": 2, "hidden": 128, "ok": True}
-with open("file.txt", "w") as f:
-    f.write("hello world\n")
-try:
-    value = int("12")
-except ValueError as error:
-    raise RuntimeError("bad value") from error
-function greet(name) { return "Hello, " + name + "!"; }
-const items = [1, 2, 3].map((v) => v * 2);
-SELECT id, name FROM users WHERE age > 30 ORDER BY name;
-The acceptance rate measures how often the target agrees with the draft. A
-higher rate means longer accepted runs and more tokens per step. If the rate
-drops, an adaptive method can lower the number of speculative tokens, and if
-it rises again, it can raise it. Good tests use small models, fixed seeds and
-short prompts, so that they run quickly on a laptop without a graphics card.
-She opened the window, looked at the garden and smiled. The birds were
-singing, the sun was warm, and the children were playing under the trees.
-"""
+_PRINTABLE = set(string.printable) - set("\r\x0b\x0c")
 
 
 # --------------------------------------------------------------------------
 # helpers
 # --------------------------------------------------------------------------
 
-def _fingerprint() -> str:
-    """Hash of everything that shapes the files (so stale caches rebuild)."""
-    blob = json.dumps(
-        [BUILD_VERSION, SEED, DTYPE, SPECIAL_TOKENS, TARGET_VOCAB, OTHER_VOCAB,
-         CHAT_TEMPLATE, TARGET_ARCH, OTHER_ARCH, INIT_GAINS, _CORPUS],
-        sort_keys=True,
-    )
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+@contextlib.contextmanager
+def one_torch_thread():
+    """Run torch on one thread: these models are tiny, and on a loaded
+    machine (e.g. vLLM or other tests running) multi-threaded OpenMP spins
+    make each forward ~100x slower."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _is_built(path: str, kind: str) -> bool:
@@ -213,7 +68,7 @@ def _is_built(path: str, kind: str) -> bool:
             info = json.load(f)
     except (OSError, ValueError):
         return False
-    return info.get("fingerprint") == _fingerprint() and info.get("kind") == kind
+    return info.get("fingerprint") == recipe_fingerprint() and info.get("kind") == kind
 
 
 def _build_atomic(path: str, kind: str, builder) -> str:
@@ -230,10 +85,10 @@ def _build_atomic(path: str, kind: str, builder) -> str:
     tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}-", dir=parent)
     os.chmod(tmp, 0o755)
     try:
-        with _one_thread():
+        with one_torch_thread():
             builder(tmp)
         with open(os.path.join(tmp, _STAMP), "w") as f:
-            json.dump({"fingerprint": _fingerprint(), "kind": kind}, f)
+            json.dump({"fingerprint": recipe_fingerprint(), "kind": kind}, f)
         if os.path.exists(path) and not _is_built(path, kind):
             shutil.rmtree(path, ignore_errors=True)  # stale or partial build
         try:
@@ -262,7 +117,7 @@ def _train_tokenizer(vocab_size: int):
         show_progress=False,
     )
     # Repeat the corpus so that pair counts are well separated.
-    tok.train_from_iterator([_CORPUS] * 4, trainer=trainer)
+    tok.train_from_iterator([CORPUS] * 4, trainer=trainer)
     bos_id = tok.token_to_id(BOS)
     tok.post_processor = processors.TemplateProcessing(
         single=f"{BOS} $A", pair=f"{BOS} $A {BOS} $B", special_tokens=[(BOS, bos_id)]
@@ -315,9 +170,6 @@ def _init_std(name: str, shape) -> float:
     if "embed_tokens" in name:
         return gain
     return gain / math.sqrt(shape[1])
-
-
-_PRINTABLE = set(string.printable) - set("\r\x0b\x0c")
 
 
 def suppressed_token_ids(tokenizer) -> list[int]:
@@ -484,111 +336,3 @@ def build_tiny_models(root: str) -> dict:
         "draft_identical": build_draft_identical(os.path.join(root, "draft_identical"), target),
         "draft_other_vocab": build_draft_other_vocab(os.path.join(root, "draft_other_vocab")),
     }
-
-
-# --------------------------------------------------------------------------
-# measurement with plain transformers
-# --------------------------------------------------------------------------
-
-class _one_thread:
-    """Run torch on one thread: these models are tiny, and on a loaded
-    machine (e.g. vLLM or other tests running) multi-threaded OpenMP spins
-    make each forward ~100x slower."""
-
-    def __enter__(self):
-        import torch
-
-        self._n = torch.get_num_threads()
-        torch.set_num_threads(1)
-
-    def __exit__(self, *exc):
-        import torch
-
-        torch.set_num_threads(self._n)
-
-
-def _load_hf(path: str):
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    return model.eval()
-
-
-def hf_greedy(path_or_model, prompts: Sequence[str] = PROMPTS, max_new_tokens: int = 32,
-              tokenizer=None) -> list[list[int]]:
-    """Greedy continuation token ids (no eos stop) for each prompt."""
-    import torch
-    from transformers import AutoTokenizer
-
-    if isinstance(path_or_model, str):
-        tokenizer = tokenizer or AutoTokenizer.from_pretrained(path_or_model)
-        model = _load_hf(path_or_model)
-    else:
-        model = path_or_model
-    outs = []
-    with torch.no_grad(), _one_thread():
-        for prompt in prompts:
-            ids = tokenizer(prompt, return_tensors="pt").input_ids
-            new = []
-            for _ in range(max_new_tokens):
-                nxt = int(model(ids).logits[0, -1].argmax())
-                new.append(nxt)
-                ids = torch.cat([ids, torch.tensor([[nxt]])], dim=1)
-            outs.append(new)
-    return outs
-
-
-def greedy_agreement(target_dir: str, draft_dir: str, prompts: Sequence[str] = PROMPTS,
-                     max_new_tokens: int = 32) -> dict:
-    """Teacher-forced greedy agreement of the draft with the target.
-
-    The target greedily generates ``max_new_tokens`` per prompt; then, on the
-    same sequences, we count the positions where the draft's argmax equals
-    the target's token.  Returns ``{"agreement", "min_margin", "distinct"}``:
-    ``min_margin`` is the smallest top1-top2 logit gap of the target along its
-    greedy path (tie safety), ``distinct`` the mean number of distinct tokens
-    per continuation (not a single repeated token).
-    """
-    import torch
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(target_dir)
-    target = _load_hf(target_dir)
-    draft = _load_hf(draft_dir)
-    agree = total = 0
-    min_margin = float("inf")
-    distinct = []
-    with torch.no_grad(), _one_thread():
-        for prompt in prompts:
-            ids = tok(prompt, return_tensors="pt").input_ids
-            n0 = ids.shape[1]
-            for _ in range(max_new_tokens):
-                logits = target(ids).logits[0, -1]
-                top2 = logits.topk(2).values
-                min_margin = min(min_margin, float(top2[0] - top2[1]))
-                ids = torch.cat([ids, logits.argmax().view(1, 1)], dim=1)
-            t_logits = target(ids).logits[0, n0 - 1:-1]
-            d_logits = draft(ids).logits[0, n0 - 1:-1]
-            t_arg = t_logits.argmax(-1)
-            assert torch.equal(t_arg, ids[0, n0:]), "target not self-consistent"
-            agree += int((d_logits.argmax(-1) == t_arg).sum())
-            total += t_arg.numel()
-            distinct.append(len(set(ids[0, n0:].tolist())))
-    return {
-        "agreement": agree / total,
-        "min_margin": min_margin,
-        "distinct": sum(distinct) / len(distinct),
-    }
-
-
-if __name__ == "__main__":  # python tests/tiny_models.py [root]
-    import sys
-    import time
-
-    root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(tempfile.gettempdir(), "tiny_models")
-    t0 = time.time()
-    paths = build_tiny_models(root)
-    print(json.dumps(paths, indent=2), f"built in {time.time() - t0:.1f}s")
-    for key in ("draft", "draft_identical"):
-        print(key, greedy_agreement(paths["target"], paths[key]))
