@@ -77,6 +77,67 @@ def test_async_scheduling_refused(tiny):
         make_llm(tiny["target"], spec(tiny), async_scheduling=True)
 
 
+@pytest.fixture
+def counters_created(monkeypatch) -> list:
+    """Every counter file the plugin creates for an engine (none when a config is
+    refused before anything is built)."""
+    from vllm_gammatune.telemetry.metrics import StepCounters
+
+    created = []
+    original = StepCounters.create.__func__
+
+    def create(cls, *args, **kwargs):
+        created.append(args)
+        return original(cls, *args, **kwargs)
+
+    monkeypatch.setattr(StepCounters, "create", classmethod(create))
+    return created
+
+
+def test_pipeline_parallelism_refused_before_anything_is_built(tiny, counters_created):
+    from vllm_gammatune.methods import GammaTuneConfigError
+
+    with pytest.raises(GammaTuneConfigError) as info:
+        make_llm(tiny["target"], spec(tiny), pipeline_parallel_size=2)
+    assert "pipeline_parallel_size=2" in str(info.value)
+    assert "last pipeline rank only" in str(info.value)
+    assert counters_created == []
+
+
+def _engine_config(tiny, speculative_config: dict, **engine_kwargs):
+    """The front end's config step (``vllm serve`` makes the same call; ``LLM``
+    refuses data parallelism itself)."""
+    from vllm.engine.arg_utils import EngineArgs
+
+    return EngineArgs(model=tiny["target"], speculative_config=speculative_config,
+                      max_model_len=512, dtype="float32", **engine_kwargs).create_engine_config()
+
+
+def test_data_parallelism_of_an_moe_target_refused_before_anything_is_built(
+        tiny, monkeypatch, counters_created):
+    """The tiny target is dense; vLLM's own test of whether a model is a mixture
+    of experts (``ModelConfig.is_moe``) is made to say yes."""
+    from vllm.config.model import ModelConfig
+
+    from vllm_gammatune.methods import GammaTuneConfigError
+
+    monkeypatch.setattr(ModelConfig, "is_moe", property(lambda self: True))
+    with pytest.raises(GammaTuneConfigError) as info:
+        _engine_config(tiny, spec(tiny, method="gammatune_cost"), data_parallel_size=2)
+    message = str(info.value)
+    assert "data_parallel_size=2 with a mixture-of-experts target" in message
+    assert "coordinate_batch_across_dp" in message and "'gammatune_cost'" in message
+    assert counters_created == []
+
+
+def test_data_parallelism_of_a_dense_target_is_configured(tiny, counters_created):
+    """Its ranks are independent engines; only the config is built here."""
+    config = _engine_config(tiny, spec(tiny), data_parallel_size=2)
+    assert config.parallel_config.data_parallel_size == 2
+    assert config.speculative_config.method == "draft_model"
+    assert len(counters_created) == 1
+
+
 def test_unsupported_vllm_version(tiny, monkeypatch):
     from vllm_gammatune.compat import pin
 

@@ -8,10 +8,9 @@ target (so it has the power to fail).
 
 from __future__ import annotations
 
-from collections import Counter
-
 import pytest
 from llm_helpers import running_llm
+from sample_homogeneity import homogeneity_pvalue
 
 NUM_SAMPLES = 1500
 NEW_TOKENS = 4
@@ -29,24 +28,6 @@ def sample(target, speculative_config=None):
     with running_llm(target, speculative_config) as llm:
         outs = llm.generate([PROMPT] * NUM_SAMPLES, params, use_tqdm=False)
     return [tuple(o.outputs[0].token_ids) for o in outs]
-
-
-def homogeneity_pvalue(samples_a, samples_b, position: int) -> float:
-    from scipy.stats import chi2_contingency
-
-    a = Counter(s[position] for s in samples_a)
-    b = Counter(s[position] for s in samples_b)
-    # Merge rare tokens so every expected cell count is >= 5.
-    common = [t for t in set(a) | set(b) if a[t] + b[t] >= 10]
-    rows = [[a[t] for t in common], [b[t] for t in common]]
-    rest_a = len(samples_a) - sum(rows[0])
-    rest_b = len(samples_b) - sum(rows[1])
-    if rest_a + rest_b > 0:
-        rows[0].append(rest_a)
-        rows[1].append(rest_b)
-    if len(rows[0]) < 2:
-        return 1.0
-    return float(chi2_contingency(rows).pvalue)
 
 
 @pytest.fixture(scope="module")

@@ -15,15 +15,24 @@ from vllm_gammatune.integration.runner_choice import (
     confirm_plugin_drafter,
     load_model_confirming_drafter,
     plugin_method_of,
+    refuse_unsupported_parallelism,
     v2_unsupported_features,
     validate_v2_refusing_plugin_methods,
 )
 
 
-def _config(method: str | None):
+def _config(method: str | None, data_parallel_size: int = 1):
     additional = {} if method is None else {
         ADDITIONAL_CONFIG_KEY: {"settings": {"method": method}}}
-    return types.SimpleNamespace(additional_config=additional)
+    return types.SimpleNamespace(
+        additional_config=additional,
+        parallel_config=types.SimpleNamespace(data_parallel_size=data_parallel_size))
+
+
+def _layout(pipeline: int = 1, data: int = 1, moe: bool = False):
+    """(target model config, target parallel config) as the front end sees them."""
+    return (types.SimpleNamespace(is_moe=moe),
+            types.SimpleNamespace(pipeline_parallel_size=pipeline, data_parallel_size=data))
 
 
 class StandaloneARSpeculator:
@@ -110,5 +119,43 @@ def test_load_model_checks_before_the_weights_load():
         load_model_confirming_drafter(lambda w, **kw: loaded.append(w), worker)
     assert loaded == []
     plain = types.SimpleNamespace(model_runner=RunnerV2(), vllm_config=_config(None))
+    load_model_confirming_drafter(lambda w, **kw: loaded.append(w), plain)
+    assert loaded == [plain]
+
+
+def test_pipeline_parallelism_is_refused_saying_why():
+    with pytest.raises(GammaTuneConfigError) as info:
+        refuse_unsupported_parallelism("gammatune", *_layout(pipeline=2))
+    message = str(info.value)
+    for words in ("pipeline_parallel_size=2", "'gammatune'", "last pipeline rank only",
+                  "every worker drafts", "allowed: pipeline_parallel_size=1"):
+        assert words in message, (words, message)
+
+
+def test_data_parallelism_of_an_moe_target_is_refused_saying_why():
+    with pytest.raises(GammaTuneConfigError) as info:
+        refuse_unsupported_parallelism("gammatune_cost", *_layout(data=4, moe=True))
+    message = str(info.value)
+    for words in ("data_parallel_size=4", "mixture-of-experts", "'gammatune_cost'",
+                  "coordinate_batch_across_dp", "every draft pass",
+                  "allowed: data_parallel_size=1", "'draft_model'"):
+        assert words in message, (words, message)
+
+
+@pytest.mark.parametrize("layout", [_layout(), _layout(data=4), _layout(moe=True)])
+def test_dense_data_parallelism_and_a_single_moe_rank_are_allowed(layout):
+    refuse_unsupported_parallelism("gammatune", *layout)
+
+
+def test_a_worker_of_a_lockstep_data_parallel_engine_fails_before_the_weights_load():
+    """Each worker checks the condition under which vLLM's drafter synchronises
+    the ranks, on the config its engine kept (a dense target's ranks have 1)."""
+    loaded = []
+    worker = types.SimpleNamespace(model_runner=RunnerV2(),
+                                   vllm_config=_config("adasd", data_parallel_size=2))
+    with pytest.raises(GammaTuneConfigError, match="data_parallel_size=2 ranks in lockstep"):
+        load_model_confirming_drafter(lambda w, **kw: loaded.append(w), worker)
+    plain = types.SimpleNamespace(model_runner=RunnerV2(),
+                                  vllm_config=_config(None, data_parallel_size=2))
     load_model_confirming_drafter(lambda w, **kw: loaded.append(w), plain)
     assert loaded == [plain]

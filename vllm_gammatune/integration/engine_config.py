@@ -19,7 +19,10 @@ from vllm_gammatune.methods import (
     is_plugin_method,
     split_speculative_config,
 )
-from vllm_gammatune.integration.runner_choice import refuse_forced_v2
+from vllm_gammatune.integration.runner_choice import (
+    refuse_forced_v2,
+    refuse_unsupported_parallelism,
+)
 from vllm_gammatune.telemetry.metrics import StepCounters
 from vllm_gammatune.telemetry.prometheus import forget_engine_counters, register_engine_counters
 
@@ -73,6 +76,7 @@ def create_speculative_config(
         return original(engine_args, target_model_config, target_parallel_config)
     pin.check_vllm_version()
     refuse_forced_v2(method)
+    refuse_unsupported_parallelism(method, target_model_config, target_parallel_config)
 
     user_config = engine_args.speculative_config
     user_shorthands = {a: getattr(engine_args, a, None) for _, a, _ in _CLI_SHORTHANDS}

@@ -25,6 +25,27 @@ V1 runner only, so:
   drafter is not the plugin's (another runner, a future vLLM change), the
   engine fails at start; if it is, the worker logs a "vllm-gammatune active"
   line and sets ``vllm:gammatune_info`` on ``/metrics``.
+
+Two parallel layouts are refused in the front end, before any engine process
+starts (``refuse_unsupported_parallelism``), because the drafter cannot serve
+them:
+
+- **Pipeline parallelism** > 1: vLLM builds a drafter on the last pipeline
+  rank only (``GPUModelRunner.__init__``: ``get_pp_group().is_last_rank``),
+  and the plugin's drafter and its start-up check assume every worker drafts.
+- **Data parallelism** > 1 where the ranks run in lockstep: vLLM keeps an
+  engine's ``data_parallel_size`` above 1 only for a mixture-of-experts
+  target (``DPEngineCoreProc``; the ranks of a dense target are independent
+  engines, ``ParallelConfig.reconfigure_for_independent_dp_rank``), and then
+  its drafter calls ``coordinate_batch_across_dp``, a cross-rank all-reduce,
+  in every draft pass (``SpecDecodeBaseProposer._determine_batch_execution_and_padding``).
+  The plugin chooses each rank's number of draft passes from that rank's own
+  requests, so the ranks would wait for each other forever; vLLM turns its
+  own dynamic speculative decoding off under data parallelism for the same
+  reason (``VllmConfig._maybe_disable_dynamic_sd_for_data_parallel``). Each
+  worker checks the same condition on the config it was built with
+  (``refuse_coordinated_data_parallel``), so a path that bypasses the front
+  end fails at start too.
 """
 
 from __future__ import annotations
@@ -89,6 +110,48 @@ def _forced_v2_error(method: str, cause: str, remedy: str) -> GammaTuneConfigErr
     )
 
 
+def refuse_unsupported_parallelism(method: str, target_model_config: Any,
+                                   target_parallel_config: Any) -> None:
+    """Raise for pipeline parallelism, and for data parallelism of an MoE target
+    (module docstring), in the front end, before any engine process starts."""
+    pipeline = target_parallel_config.pipeline_parallel_size
+    if pipeline > 1:
+        raise GammaTuneConfigError(
+            f"pipeline_parallel_size={pipeline} is not allowed with speculative method "
+            f"{method!r} (vllm-gammatune): vLLM builds the draft model on the last "
+            f"pipeline rank only, and the plugin's drafter and its start-up check "
+            f"assume that every worker drafts; allowed: pipeline_parallel_size=1 "
+            f"(tensor parallelism is supported)")
+    data = target_parallel_config.data_parallel_size
+    if data > 1 and target_model_config.is_moe:
+        raise _lockstep_data_parallel_error(
+            method, f"data_parallel_size={data} with a mixture-of-experts target",
+            "data_parallel_size=1 for a mixture-of-experts target (data parallelism "
+            "of a dense target is allowed: its ranks are independent engines)")
+
+
+def refuse_coordinated_data_parallel(method: str, vllm_config: Any) -> None:
+    """Worker side: raise when this engine keeps ``data_parallel_size`` > 1, the
+    condition under which vLLM's drafter synchronises the ranks in every draft pass."""
+    data = vllm_config.parallel_config.data_parallel_size
+    if data > 1:
+        raise _lockstep_data_parallel_error(
+            method, f"this engine runs data_parallel_size={data} ranks in lockstep",
+            "data_parallel_size=1, or a dense target (its data-parallel ranks are "
+            "independent engines)")
+
+
+def _lockstep_data_parallel_error(method: str, cause: str, allowed: str) -> GammaTuneConfigError:
+    return GammaTuneConfigError(
+        f"{cause}, which is not allowed with speculative method {method!r} "
+        f"(vllm-gammatune): vLLM's drafter synchronises the data-parallel ranks in "
+        f"every draft pass (coordinate_batch_across_dp), and the plugin chooses each "
+        f"rank's number of draft passes from its own requests, so the ranks would "
+        f"wait for each other forever (vLLM turns its own dynamic speculative "
+        f"decoding off under data parallelism for this reason); allowed: {allowed}, "
+        f"or method 'draft_model' for vLLM's own fixed-K drafting")
+
+
 def confirm_plugin_drafter(runner: Any, vllm_config: Any) -> str | None:
     """Raise unless ``runner`` built the plugin's drafter for a plugin method.
 
@@ -122,6 +185,10 @@ def confirm_plugin_drafter(runner: Any, vllm_config: Any) -> str | None:
 
 
 def load_model_confirming_drafter(original, worker, *args, **kwargs):
-    """``Worker.load_model``: confirm the drafter before the weights load."""
+    """``Worker.load_model``: refuse lockstep data parallelism and confirm the
+    drafter, before the weights load."""
+    method = plugin_method_of(worker.vllm_config)
+    if method is not None:
+        refuse_coordinated_data_parallel(method, worker.vllm_config)
     confirm_plugin_drafter(getattr(worker, "model_runner", None), worker.vllm_config)
     return original(worker, *args, **kwargs)
