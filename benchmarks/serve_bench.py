@@ -71,7 +71,7 @@ from gammatune_tools.bench.prompts import chat_renderer, load_prompts, sharegpt_
 from gammatune_tools.bench.records import cell_key, done_keys
 from gammatune_tools.bench.serve_runs import (Cell, logs_folder, run_fresh_servers,
                                               run_interleaved, start_server)
-from gammatune_tools.bench.serving import server_env
+from gammatune_tools.bench.serving import add_server_args, server_env
 from gammatune_tools.bench.specs import (add_common_args, parse_floats, parse_ks,
                                          parse_spec_options, plan_cells)
 
@@ -87,13 +87,7 @@ def parse_args() -> argparse.Namespace:
                              "draws extra ones at random)")
     parser.add_argument("--max-tokens", type=int, default=64,
                         help="tokens per request (EOS ignored)")
-    parser.add_argument("--kv-cache-gib", type=int, default=4,
-                        help="VLLM_CPU_KVCACHE_SPACE unless set in the environment")
-    parser.add_argument("--no-enforce-eager", action="store_true")
-    parser.add_argument("--server-arg", action="append", default=[],
-                        help="extra argument for vllm serve (repeat; use --server-arg=--flag)")
-    parser.add_argument("--client-arg", action="append", default=[],
-                        help="extra argument for vllm bench serve (repeat)")
+    add_server_args(parser)
     parser.add_argument("--rounds", type=int,
                         help="interleaved: every method's server up at once, this many "
                              "rounds of every concurrency against each in turn (one --k; "

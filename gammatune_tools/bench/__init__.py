@@ -18,7 +18,11 @@ command line.
 - ``paired``: interleaved paired runs: order, complete rounds, summary;
 - ``pooling``: the rounds of several paired runs as one set;
 - ``serving``: a ``vllm-gammatune serve`` process and vLLM's client;
-- ``serve_runs``: the served cells and the interleaved served schedules.
+- ``serve_runs``: the served cells and the interleaved served schedules;
+- ``traffic``: a served trace of phases of different load, back to back on one server;
+- ``traffic_decisions``: the plugin's decisions per phase, from its trace;
+- ``traffic_report``: a traffic run's summary, intervals and page;
+- ``traffic_plot``: its plot (matplotlib).
 
 Imports vLLM lazily; nothing here runs at import.
 """

@@ -41,6 +41,18 @@ def cli_base() -> list[str]:
     return [exe] if exe else [sys.executable, "-m", "vllm_gammatune.cli"]
 
 
+def add_server_args(parser) -> None:
+    """The options ``serve_command``, ``client_command`` and ``server_env`` read
+    (beside the engine options of ``specs.add_common_args``)."""
+    parser.add_argument("--kv-cache-gib", type=int, default=4,
+                        help="VLLM_CPU_KVCACHE_SPACE unless set in the environment")
+    parser.add_argument("--no-enforce-eager", action="store_true")
+    parser.add_argument("--server-arg", action="append", default=[],
+                        help="extra argument for vllm serve (repeat; use --server-arg=--flag)")
+    parser.add_argument("--client-arg", action="append", default=[],
+                        help="extra argument for vllm bench serve (repeat)")
+
+
 def serve_command(args, target: str, spec: dict | None, port: int) -> list[str]:
     """``vllm-gammatune serve`` of the target with ``spec`` on ``port``."""
     command = cli_base() + [

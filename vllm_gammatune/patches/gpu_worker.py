@@ -3,11 +3,14 @@
 Runs in each worker, once, when it loads the model.
 
 What: ``Worker.load_model`` -> ``integration.runner_choice.load_model_confirming_drafter``.
-Why: a plugin method must never run silently as something else. Before the
-  weights load, each worker checks that its model runner built the plugin's
-  drafter; if not (Model Runner V2, a future vLLM change), the engine fails
-  at start with an error naming the runner and the drafter it built. If so,
-  the worker logs what it built and marks ``vllm:gammatune_info``.
+Why: a plugin method must never run silently as something else, nor hang.
+  Before the weights load, each worker refuses data parallelism whose ranks
+  vLLM keeps in lockstep (a mixture-of-experts target: the plugin's pass
+  counts differ between ranks), in case a launch bypassed the front end's
+  check; and it checks that its model runner built the plugin's drafter; if
+  not (Model Runner V2, a future vLLM change), the engine fails at start
+  with an error naming the runner and the drafter it built. If so, the
+  worker logs what it built and marks ``vllm:gammatune_info``.
 Remove when: vLLM lets a plugin register a drafter, and reports it.
 """
 
