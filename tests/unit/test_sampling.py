@@ -29,12 +29,14 @@ class _Recorder:
 
 
 class _Verifier:
-    """Stands in for ``AdaSDVerifier``: records the req_ids it is given."""
+    """Stands in for ``AdaSDVerifier`` on the host: records the req_ids it is given."""
+
+    on_device = False
 
     def __init__(self):
         self.calls = []
 
-    def rejection_sample(self, req_ids, original, *args, **kwargs):
+    def rejection_sample(self, req_ids, original, *args, greedy=None, **kwargs):
         self.calls.append((req_ids, args, kwargs))
         return "verified"
 

@@ -16,7 +16,8 @@ its length (``drafts``) and hands out what is kept of it (``kept_drafts``,
 
 After the loop the host learns everything it needs of the step in one read
 (``read_back``): the drafted tokens, each request's length, and, where
-asked, the tokens' probabilities and the last verification's counts.
+asked, the tokens' probabilities, the last verification's counts and what
+AdaSD's device verification leaves for its policy to learn from.
 Without early exit (the CUDA hot path, ``docs/cuda.md``) nothing else is
 read: the loop runs every planned pass, threshold stops are kept on the
 device, and a policy that decides per token decides from the read-back
@@ -26,13 +27,37 @@ probabilities, after the passes, exactly as it would have after each
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import NamedTuple
+
 import torch
 
 from vllm.utils.torch_utils import async_tensor_h2d
+from vllm_gammatune.drafter.hot_path import read_on_host
 from vllm_gammatune.drafter.tp_agreement import same_decisions_on_every_rank
 from vllm_gammatune.policies import DraftLengthPolicy
 from vllm_gammatune.verify.kept_draft import KeptDraft
 from vllm_gammatune.verify.divergences import entropy_bits
+
+
+class StepRead(NamedTuple):
+    """What ``DraftStep.read_back`` hands back besides the step itself."""
+
+    #: [num_reqs] the last verification's accepted + 1, where asked for
+    valid_counts: list[int] | None
+    #: the host rows of each extra tensor, in order
+    extra: list[list[list[float]]]
+
+
+def _unflattened(values: list[float], shapes) -> list[list[list[float]]]:
+    """The rows of each 2-D tensor of ``shapes``, from their values laid end
+    to end."""
+    tensors, start = [], 0
+    for num_rows, num_columns in shapes:
+        tensors.append([values[start + i * num_columns:start + (i + 1) * num_columns]
+                        for i in range(num_rows)])
+        start += num_rows * num_columns
+    return tensors
 
 
 class EveryRequestStopped(Exception):
@@ -196,21 +221,28 @@ class DraftStep:
             self.stopped |= ended_mask
 
     # -- after the loop -----------------------------------------------------------
-    def read_back(self, valid_counts: torch.Tensor | None = None) -> list[int] | None:
+    def read_back(self, valid_counts: torch.Tensor | None = None,
+                  extra: Sequence[torch.Tensor] = ()) -> StepRead:
         """Read the step's results on the host, in one read: every request's
         drafted tokens, length and early stop, its tokens' probabilities
-        where they are kept, and ``valid_counts`` ([num_reqs], the last
-        verification's accepted + 1, where given; returned as a list)."""
+        where they are kept, ``valid_counts`` ([num_reqs], the last
+        verification's accepted + 1, where given) and the ``extra`` tensors
+        (each 2-D, any number of rows: AdaSD's device verification,
+        ``verify.adasd_verifier.AdaSDVerifier.unread_results``)."""
         num_reqs = len(self.planned_lengths)
         num_passes = len(self.token_ids)
-        # [num_reqs, num_passes + 2 (+ num_passes) (+ 1)], one transfer
+        # [num_reqs, num_passes + 2 (+ num_passes) (+ 1)]
         columns = [torch.stack(self.token_ids, dim=1), self.lengths.unsqueeze(1),
                    self.stopped_early.unsqueeze(1)]
         if self.token_probs:
             columns.append(torch.stack(self.token_probs, dim=1))
         if valid_counts is not None:
             columns.append(valid_counts[:num_reqs].unsqueeze(1))
-        rows = torch.cat([c.to(torch.float64) for c in columns], dim=1).tolist()
+        step = torch.cat([c.to(torch.float64) for c in columns], dim=1)
+        # one transfer: the step's columns, then each extra tensor, flattened
+        tensors = [step, *(t.to(torch.float64) for t in extra)]
+        values = read_on_host(torch.cat([t.reshape(-1) for t in tensors]))
+        rows, *extra_rows = _unflattened(values, [t.shape for t in tensors])
         self._read = True
         self._token_rows = [[int(x) for x in row[:num_passes]] for row in rows]
         self._host_lengths = [int(row[num_passes]) for row in rows]
@@ -219,9 +251,8 @@ class DraftStep:
         if self.token_probs:
             self._token_prob_rows = [row[column:column + num_passes] for row in rows]
             column += num_passes
-        if valid_counts is None:
-            return None
-        return [int(row[column]) for row in rows]
+        counts = None if valid_counts is None else [int(row[column]) for row in rows]
+        return StepRead(counts, extra_rows)
 
     def replay_token_rule(self) -> None:
         """Without early exit: the policy's per-token decisions, made from

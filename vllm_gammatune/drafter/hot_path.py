@@ -42,3 +42,13 @@ def uses_cuda_hot_path(device: torch.device) -> bool:
                          "path on any device) or 0 (the host path), or unset (the hot "
                          "path on CUDA devices)")
     return value == "1"
+
+
+def read_on_host(tensor: torch.Tensor) -> list:
+    """``tensor.tolist()``, a read that waits for the device: the step's one
+    read on the hot path. vLLM's sync check (``VLLM_GPU_SYNC_CHECK``) is told
+    that this wait is meant, as vLLM's runner tells it of its own reads."""
+    from vllm.utils.gpu_sync_debug import gpu_sync_allowed
+
+    with gpu_sync_allowed():
+        return tensor.tolist()

@@ -53,7 +53,7 @@ from vllm_gammatune.draft_kv.catch_up import DraftCatchUp, step_positions
 from vllm_gammatune.draft_kv.holes import DraftKVHoles
 from vllm_gammatune.drafter.draft_distribution import draft_distribution, proposed_token_probs
 from vllm_gammatune.drafter.draft_step import DraftStep, EveryRequestStopped, plan_draft_step
-from vllm_gammatune.drafter.hot_path import uses_cuda_hot_path
+from vllm_gammatune.drafter.hot_path import read_on_host, uses_cuda_hot_path
 from vllm_gammatune.drafter.request_records import RequestRecords
 from vllm_gammatune.drafter.step_metrics import attach_step_metrics
 from vllm_gammatune.drafter.step_timing import StepTimer
@@ -100,7 +100,8 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
         self._metrics = attach_step_metrics(vllm_config, settings.num_speculative_tokens,
                                             self.policy)
         #: the per-token verification at the rejection-sampling step, or None
-        self.adasd_verifier = (AdaSDVerifier(self.policy, self.records, self.counters)
+        self.adasd_verifier = (AdaSDVerifier(self.policy, self.records, self.counters,
+                                             on_device=self.hot_path)
                                if self.policy.learns_per_token else None)
         #: set when this step skipped the draft model (no request has draft
         #: tokens): the engine core then does not fetch them (``draft_handoff``)
@@ -246,7 +247,7 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
         assert self._catch_up is not None, "only a policy that skips_drafts plans 0"
         if verification is not None:
             num_draft_tokens, valid_counts = verification
-            self._observe(req_ids, num_draft_tokens, valid_counts[:len(req_ids)].tolist())
+            self._observe(req_ids, num_draft_tokens, read_on_host(valid_counts[:len(req_ids)]))
         self.skipped_this_step = True
         self._catch_up.on_skipped()
         self._last_draft_probs = None
@@ -329,13 +330,19 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
         trace will need."""
         start = time.perf_counter()
         self.policy.draft_ended(len(step.token_ids))
+        verifier = self.adasd_verifier
+        # AdaSD's device verifications (hot path), read with the step
+        unread = [] if verifier is None else verifier.unread_results()
         if verification is None:
-            step.read_back()
+            read = step.read_back(extra=unread)
         else:
             num_draft_tokens, valid_counts = verification
             # the verification first: the policy learns from it before it
             # judges this step's tokens, in the host path's order
-            self._observe(req_ids, num_draft_tokens, step.read_back(valid_counts))
+            read = step.read_back(valid_counts, extra=unread)
+            self._observe(req_ids, num_draft_tokens, read.valid_counts)
+        if unread:
+            verifier.learn(read.extra)
         step.replay_token_rule()
         drafts = step.drafts()
         draft_probs = step.draft_probs()

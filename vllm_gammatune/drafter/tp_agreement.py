@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import torch
 
+from vllm_gammatune.drafter.hot_path import read_on_host
+
 
 def same_plan_on_every_rank(planned: list[int], device: torch.device) -> list[int]:
     """Tensor parallelism: every rank drafts what TP rank 0 planned (one
@@ -25,7 +27,7 @@ def same_plan_on_every_rank(planned: list[int], device: torch.device) -> list[in
         return planned
     # [num_reqs]
     plan = torch.tensor(planned, dtype=torch.int64, device=device)
-    return group.broadcast(plan, src=0).tolist()
+    return read_on_host(group.broadcast(plan, src=0))
 
 
 def same_decisions_on_every_rank(decisions: list[int | None],
@@ -43,4 +45,4 @@ def same_decisions_on_every_rank(decisions: list[int | None],
     # [num_reqs]; -1 = draft on
     ends = torch.tensor([-1 if end is None else end for end in decisions],
                         dtype=torch.int64, device=device)
-    return [None if end < 0 else end for end in group.broadcast(ends, src=0).tolist()]
+    return [None if end < 0 else end for end in read_on_host(group.broadcast(ends, src=0))]

@@ -30,10 +30,15 @@ from vllm_gammatune.verify.adasd_verifier import AdaSDVerifier
 
 @dataclass(frozen=True)
 class StepVerification:
-    """The verifier of the step being sampled and the step's req_ids (batch order)."""
+    """The verifier of the step being sampled and the step's req_ids (batch
+    order); for a verifier on the device, which request samples greedily."""
 
     verifier: AdaSDVerifier
     req_ids: list[str]
+    #: per request, from the input batch's host copy of the temperatures
+    #: (vLLM stores 0 for a greedy request); None for the host verifier,
+    #: which reads the temperatures itself
+    greedy: list[bool] | None = None
 
 
 #: Set by ``sample_step`` while vLLM's ``_sample`` runs a step of a drafter
@@ -56,7 +61,8 @@ def sample_step(original_sample, runner, logits, spec_decode_metadata):
       as "no spec decode tokens". Only for the plugin's drafters, so vLLM's
       own ``draft_model`` baseline runs unchanged.
     - AdaSD: the step's req_ids are handed to its verification
-      (``STEP_BEING_VERIFIED``).
+      (``STEP_BEING_VERIFIED``), and, for a verification on the device,
+      which requests sample greedily (host data: it reads no tensor).
     """
     drafter = getattr(runner, "drafter", None)
     if (spec_decode_metadata is not None
@@ -66,8 +72,11 @@ def sample_step(original_sample, runner, logits, spec_decode_metadata):
     verifier = getattr(drafter, "adasd_verifier", None)
     if verifier is None:
         return original_sample(runner, logits, spec_decode_metadata)
-    token = STEP_BEING_VERIFIED.set(
-        StepVerification(verifier, list(runner.input_batch.req_ids)))
+    req_ids = list(runner.input_batch.req_ids)
+    greedy = None
+    if verifier.on_device:
+        greedy = (runner.input_batch.temperature_cpu[:len(req_ids)] <= 0).tolist()
+    token = STEP_BEING_VERIFIED.set(StepVerification(verifier, req_ids, greedy))
     try:
         return original_sample(runner, logits, spec_decode_metadata)
     finally:
@@ -80,4 +89,5 @@ def rejection_sample_step(original, *args, **kwargs):
     step = STEP_BEING_VERIFIED.get()
     if step is None:
         return original(*args, **kwargs)
-    return step.verifier.rejection_sample(step.req_ids, original, *args, **kwargs)
+    return step.verifier.rejection_sample(step.req_ids, original, *args, greedy=step.greedy,
+                                          **kwargs)

@@ -29,6 +29,15 @@ Per request of the step (AdaSD paper, Algorithm 1 lines 8-19):
 Gen-Only (``adasd_mode="generation"``) keeps vLLM's lossless rejection
 sampling and only learns T_G from the entropy of the first rejected token.
 
+On the CUDA hot path (``on_device``) the walk above reads every token on
+the host, before the step's draft passes are launched; there the same lines
+run as tensor operations (``device_verification``), the output is the same,
+and what the state learns from stays on the device until the drafter reads
+it with the step's drafts (``unread_results``) and hands it back (``learn``).
+A request's state thus learns after the step's drafting, which used the
+state before this verification: T_G lags by one verification; T_V, used at
+the next verification, does not.
+
 The verifier does not know the drafter: it is given the policy, the drafter's
 per-request records as ``VerificationRecords`` (what was kept of each draft,
 each request's policy state, and where a verified draft's learned state goes)
@@ -43,19 +52,37 @@ cache of what was not accepted, and reports its spec-decode metrics as usual.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
 
 from vllm.logger import init_logger
+from vllm.utils.torch_utils import async_tensor_h2d
 from vllm_gammatune.policies import DraftLengthPolicy
+from vllm_gammatune.verify.device_verification import (
+    ACCEPTED, NUM_FIXED_COLUMNS, PLACEHOLDER_TOKEN_ID, REJECTED, REJECTED_DISTANCE,
+    REJECTED_ENTROPY, RELAXED, accepted_counts, emitted_tokens, relaxed_acceptance,
+    relaxed_counts, verification_results, verified_tokens)
 from vllm_gammatune.verify.divergences import js_distance
 from vllm_gammatune.verify.kept_draft import KeptDraft
 
 logger = init_logger(__name__)
 
-#: vLLM's rejection sampler marks the positions after the last emitted token so
-PLACEHOLDER_TOKEN_ID = -1
+
+@dataclass(frozen=True)
+class UnreadVerification:
+    """A verification made on the device (the CUDA hot path), until the
+    drafter reads its results with the step's drafts."""
+
+    #: (row, req_id) of each request that learns from it, in batch order
+    learners: list[tuple[int, str]]
+    #: T_G and T_V in force for each learner (the metrics)
+    thresholds_g: list[float]
+    thresholds_v: list[float]
+    #: [num_reqs, NUM_FIXED_COLUMNS + max_spec_len] (``verification_results``)
+    results: torch.Tensor
 
 
 class VerificationRecords(Protocol):
@@ -70,6 +97,13 @@ class VerificationRecords(Protocol):
     def close_verification(self, req_id: str, learned_state: Any | None) -> None:
         """The request's draft is verified: its kept draft goes; the state
         learned from the verification (None: nothing learned) replaces its own."""
+
+    def set_policy_state(self, req_id: str, state: Any) -> None:
+        """The state learned from a verification read after the step's draft
+        passes (the CUDA hot path) replaces the request's own."""
+
+    def __contains__(self, req_id: str) -> bool:
+        """Whether the request still has a record (it has not left)."""
 
 
 class VerificationCounters(Protocol):
@@ -88,14 +122,20 @@ class AdaSDVerifier:
         records: the drafter's per-request records.
         counters: the metrics sink, or None (not the rank-0 worker, or no
             metrics file).
+        on_device: verify with tensor operations and learn after the step's
+            one read (the CUDA hot path, ``device_verification``); off, on
+            the host, learning at once.
     """
 
     def __init__(self, policy: DraftLengthPolicy, records: VerificationRecords,
-                 counters: VerificationCounters | None):
+                 counters: VerificationCounters | None, on_device: bool = False):
         assert policy.learns_per_token
         self.policy = policy
         self.records = records
         self.counters = counters
+        self.on_device = on_device
+        #: device verifications whose results the drafter has not read yet
+        self._unread: list[UnreadVerification] = []
 
     def rejection_sample(
         self,
@@ -109,10 +149,14 @@ class AdaSDVerifier:
         target_logits: torch.Tensor,  # [num_tokens, vocab]
         bonus_token_ids: torch.Tensor,  # [num_reqs, 1]
         sampling_metadata,
+        *,
+        greedy: Sequence[bool] | None = None,
         **kwargs,
     ) -> torch.Tensor:
         """vLLM's ``rejection_sample`` (``original``) for the step of ``req_ids``:
-        [num_reqs, max_spec_len + 1] emitted tokens, -1 after the last."""
+        [num_reqs, max_spec_len + 1] emitted tokens, -1 after the last.
+        ``greedy``: per request (host data), whether it samples greedily;
+        needed on the device only, where no temperature is read."""
         # vLLM's lossless result: Gen-Only's verification, and the fallback for
         # a request whose draft distributions are missing. The target logits
         # are cloned because vLLM's rejection sampling may modify them.
@@ -124,6 +168,13 @@ class AdaSDVerifier:
             standard = original(draft_token_ids, num_draft_tokens, max_spec_len,
                                 cu_num_draft_tokens, draft_probs, target_logits.clone(),
                                 bonus_token_ids, sampling_metadata, **kwargs)
+        if self.on_device:
+            if greedy is None:
+                raise ValueError("the device verification needs each request's "
+                                 "greedy flag from the host (greedy=...)")
+            return self._verify_on_device(req_ids, greedy, standard, draft_token_ids,
+                                          num_draft_tokens, max_spec_len, target_logits,
+                                          bonus_token_ids, sampling_metadata.generators)
         return self._verify(req_ids, standard, draft_token_ids, num_draft_tokens,
                             max_spec_len, target_logits, bonus_token_ids,
                             sampling_metadata)
@@ -132,6 +183,20 @@ class AdaSDVerifier:
         """Whether what this mode's verification needs was kept for n tokens."""
         kept = self.records.kept_draft(req_id)
         return kept is not None and kept.covers(n, self.policy.relaxes_verification)
+
+    def _fall_back(self, req_id: str) -> None:
+        """Nothing kept for this draft: it is verified exactly (vLLM's
+        result) and teaches nothing."""
+        logger.warning_once("vllm-gammatune: AdaSD verification without "
+                            "draft distributions; exact verification used")
+        self.records.close_verification(req_id, None)
+
+    def _thresholds(self, state) -> tuple[float, float]:
+        """(T_G, T_V) of a request's state; T_G is +inf without an entropy
+        stop (Verify-Only)."""
+        policy = self.policy
+        return (policy.stop_threshold(state) if policy.stop_measure else math.inf,
+                policy.verification_threshold(state))
 
     # -- Algorithm 1, lines 8-19 -----------------------------------------------
     def _verify(self, req_ids, standard, draft_token_ids, num_draft_tokens,
@@ -154,18 +219,14 @@ class AdaSDVerifier:
                 continue
             state = records.policy_state(req_id)
             if not self._has_draft(req_id, n):
-                # Nothing kept for this draft: verify exactly, learn nothing.
-                logger.warning_once("vllm-gammatune: AdaSD verification without "
-                                    "draft distributions; exact verification used")
-                records.close_verification(req_id, None)
+                self._fall_back(req_id)
                 output[r] = standard[r]
                 continue
             kept = records.kept_draft(req_id)
             entropies = kept.entropies[:n]  # [n]
-            # T_G; +inf without an entropy stop (Verify-Only)
-            thresholds_g.append(policy.stop_threshold(state) if policy.stop_measure
-                                else math.inf)
-            thresholds_v.append(policy.verification_threshold(state))
+            threshold_g, threshold_v = self._thresholds(state)
+            thresholds_g.append(threshold_g)
+            thresholds_v.append(threshold_v)
             if not policy.relaxes_verification:  # Gen-Only: vLLM's lossless result
                 output[r] = standard[r]
                 # emitted tokens = accepted drafts + one recovered or bonus token
@@ -211,3 +272,94 @@ class AdaSDVerifier:
             return p.argmax(dim=-1).tolist()
         generator = sampling_metadata.generators.get(r)
         return torch.multinomial(p, 1, generator=generator).view(-1).tolist()
+
+    # -- the CUDA hot path: Algorithm 1 on the device, learned after the read ----
+    def _verify_on_device(self, req_ids, greedy, standard, draft_token_ids,
+                          num_draft_tokens, max_spec_len, target_logits, bonus_token_ids,
+                          generators):
+        """``_verify``'s output, from tensor operations (lines 8-11 and 17);
+        what lines 12-16 learn from waits on the device (``unread_results``)."""
+        policy, records = self.policy, self.records
+        learners, kept, fallback = [], [], []
+        thresholds_g, thresholds_v = [], []
+        for r, (req_id, n) in enumerate(zip(req_ids, num_draft_tokens)):
+            if n == 0:
+                continue
+            if not self._has_draft(req_id, n):
+                self._fall_back(req_id)
+                fallback.append(r)
+                continue
+            learners.append((r, req_id))
+            kept.append(records.kept_draft(req_id))
+            threshold_g, threshold_v = self._thresholds(records.policy_state(req_id))
+            thresholds_g.append(threshold_g)
+            thresholds_v.append(threshold_v)
+            # the kept draft goes now; the state learns after the read (``learn``)
+            records.close_verification(req_id, None)
+        device = target_logits.device
+        tokens = verified_tokens(num_draft_tokens, [r for r, _ in learners], max_spec_len,
+                                 device)
+        # [num_verified_tokens]
+        entropies = _joined([k.entropies[:n] for k, (_, _, n) in zip(kept, tokens.segments)],
+                            target_logits.new_zeros(0))
+        if policy.relaxes_verification:
+            # [num_verified_tokens, vocab]
+            q = _joined([k.distributions[:n].float()
+                         for k, (_, _, n) in zip(kept, tokens.segments)],
+                        target_logits.new_zeros((0, target_logits.shape[-1])))
+            drafted, targets, distances, accepted = relaxed_acceptance(
+                tokens, draft_token_ids, target_logits, q, thresholds_v, greedy, generators)
+            num_accepted = accepted_counts(tokens, accepted)  # [num_reqs]
+            output = emitted_tokens(tokens, num_accepted, drafted, targets, bonus_token_ids)
+            if fallback:
+                is_fallback = async_tensor_h2d([r in fallback for r in range(len(req_ids))],
+                                               dtype=torch.bool, device=device)
+                output = torch.where(is_fallback.unsqueeze(1), standard, output)
+            num_relaxed = relaxed_counts(tokens, num_accepted, drafted, targets)
+        else:  # Gen-Only: vLLM's lossless result
+            output = standard
+            # emitted tokens = accepted drafts + one recovered or bonus token
+            num_accepted = (standard != PLACEHOLDER_TOKEN_ID).sum(dim=1) - 1
+            distances = torch.zeros_like(entropies)
+            num_relaxed = torch.zeros_like(num_accepted)
+        if learners:
+            self._unread.append(UnreadVerification(
+                learners, thresholds_g, thresholds_v,
+                verification_results(tokens, num_accepted, entropies, distances,
+                                     num_relaxed)))
+        return output
+
+    def unread_results(self) -> list[torch.Tensor]:
+        """The results of every device verification not learned from yet,
+        oldest first: the drafter reads them with the step's drafts."""
+        return [unread.results for unread in self._unread]
+
+    def learn(self, read: Sequence[list[list[float]]]) -> None:
+        """Lines 12-16 and 18-19 from the host values of ``unread_results``
+        (same order): each request's state learns, one plan after its
+        verification; a request that has left learns nothing."""
+        unread, self._unread = self._unread, []
+        if len(read) != len(unread):
+            raise ValueError(f"{len(read)} read results for {len(unread)} verifications")
+        for verification, rows in zip(unread, read):
+            num_relaxed = 0
+            for r, req_id in verification.learners:
+                row = rows[r]
+                num_relaxed += int(row[RELAXED])
+                if req_id not in self.records:
+                    continue
+                accepted = int(row[ACCEPTED])
+                rejected = ((row[REJECTED_ENTROPY], row[REJECTED_DISTANCE])
+                            if row[REJECTED] else None)
+                self.records.set_policy_state(req_id, self.policy.observe_verification(
+                    self.records.policy_state(req_id),
+                    row[NUM_FIXED_COLUMNS:NUM_FIXED_COLUMNS + accepted], rejected))
+            if self.counters is not None:
+                self.counters.record_verification(num_relaxed, verification.thresholds_g,
+                                                  verification.thresholds_v)
+
+
+def _joined(parts: list[torch.Tensor], empty: torch.Tensor) -> torch.Tensor:
+    """The parts one after the other along the first dimension (``empty``
+    without any)."""
+    return torch.cat(parts) if parts else empty
