@@ -36,7 +36,7 @@ from vllm_gammatune.policies.base import BatchView, DraftLengthPolicy
 _CEIL_TOLERANCE = 1e-9
 
 
-@dataclass
+@dataclass(slots=True)
 class GammaTuneState:
     #: the smoothed window, Algorithm 1's gamma-bar
     gamma_bar: float

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from vllm_gammatune.policies.cost_aware.token_draft import TokenDraft
 
 
-@dataclass
+@dataclass(slots=True)
 class CostAwareState:
     # -- acceptance rates (``acceptance_rates``) --
     #: decayed count of accepted draft tokens

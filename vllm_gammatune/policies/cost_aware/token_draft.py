@@ -25,7 +25,7 @@ class TokenPrices:
     per_pass: float
 
 
-@dataclass
+@dataclass(slots=True)
 class TokenDraft:
     """A request's draft of one step."""
 
