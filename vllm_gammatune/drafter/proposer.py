@@ -30,6 +30,13 @@ step; each part lives in its own module:
 6. record: the step's metrics (``step_metrics``) and, for a policy that plans
    from measured costs, its timing (``step_timing``).
 
+That is the host path. On the CUDA hot path (``hot_path``) step 1 moves
+after step 4: nothing is read before the draft passes are launched, the loop
+runs every planned pass (threshold stops stay on the device, a per-token rule
+is applied after it), and one read (``DraftStep.read_back``) brings the
+drafts together with the verification the policy then learns from, one plan
+late.
+
 The proposer asks nothing of a policy but the hooks of ``DraftLengthPolicy``
 (``policies.base``): its per-token stop (``stop_measure``), whether it learns
 token by token at the rejection sampler (``learns_per_token``, AdaSD:
