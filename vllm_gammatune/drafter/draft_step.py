@@ -203,16 +203,9 @@ class DraftStep:
 
     def _apply_token_rule(self, position: int, token_probs: torch.Tensor) -> None:
         """The policy's decision after this pass: which drafts end, where."""
-        planned = self.planned.tolist()
-        active = [not stopped and k >= position
-                  for stopped, k in zip(self.stopped.tolist(), planned)]
-        decisions = self.token_rule(position, token_probs.tolist(), active)
         lengths = self.lengths.tolist()
-        ended = [False] * len(planned)
-        for i, end in enumerate(decisions):
-            if end is not None and active[i]:
-                lengths[i] = min(end, planned[i])
-                ended[i] = True
+        ended = judge_pass(self.token_rule, position, token_probs.tolist(),
+                           self.planned_lengths, self.stopped.tolist(), lengths)
         if any(ended):
             device = self.lengths.device
             self.lengths = torch.tensor(lengths, dtype=self.lengths.dtype, device=device)
@@ -266,14 +259,11 @@ class DraftStep:
         stopped = [False] * len(planned)
         for index in range(len(self.token_ids)):
             position = index + 1
-            active = [not s and k >= position for s, k in zip(stopped, planned)]
             probs = [row[index] for row in self._token_prob_rows]
-            for i, end in enumerate(self.token_rule(position, probs, active)):
-                if end is not None and active[i]:
-                    lengths[i] = min(end, planned[i])
-                    stopped[i] = True
-                    self.stopped_early_host[i] |= lengths[i] < planned[i]
-            stopped = [s or k <= position for s, k in zip(stopped, planned)]
+            ended = judge_pass(self.token_rule, position, probs, planned, stopped, lengths)
+            for i in (i for i, e in enumerate(ended) if e):
+                self.stopped_early_host[i] |= lengths[i] < planned[i]
+            stopped = [s or e or k <= position for s, e, k in zip(stopped, ended, planned)]
         self._host_lengths = lengths
 
     def _ensure_read(self) -> None:
@@ -320,6 +310,22 @@ class DraftStep:
         """Per request: the draft's probability of each token of its draft."""
         self._ensure_read()
         return [row[:n] for row, n in zip(self._token_prob_rows, self._host_lengths)]
+
+
+def judge_pass(token_rule, position: int, token_probs: Sequence[float],
+               planned: Sequence[int], stopped: Sequence[bool],
+               lengths: list[int]) -> list[bool]:
+    """One pass of a per-token rule, on host lists ([num_reqs] each): the
+    requests still drafting at ``position`` are judged; where the rule ends a
+    draft, its length in ``lengths`` is set (at most its plan). Returns which
+    drafts the rule ended."""
+    active = [not s and k >= position for s, k in zip(stopped, planned)]
+    ended = [False] * len(planned)
+    for i, end in enumerate(token_rule(position, token_probs, active)):
+        if end is not None and active[i]:
+            lengths[i] = min(end, planned[i])
+            ended[i] = True
+    return ended
 
 
 def plan_draft_step(policy: DraftLengthPolicy, states: list, planned: list[int],
