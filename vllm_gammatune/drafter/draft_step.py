@@ -270,12 +270,6 @@ class DraftStep:
         if not self._read:
             self.read_back()
 
-    @property
-    def host_lengths(self) -> list[int]:
-        """Each request's draft length (read back if it was not yet)."""
-        self._ensure_read()
-        return self._host_lengths
-
     def drafts(self) -> list[list[int]]:
         """Each request's draft, cut to its length (input batch order)."""
         self._ensure_read()
