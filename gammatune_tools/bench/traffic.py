@@ -214,11 +214,13 @@ def phase_client_argv(args, target: str, port: int, dataset: Path, phase: Phase,
     """``vllm bench serve``'s arguments for one phase (without the program):
     the harness's served client (``serving.client_command``: every prompt
     once, in file order, ``--max-tokens`` each, EOS ignored), with the
-    phase's arrival process and the per-request details; later options
-    override earlier ones in vLLM's parser."""
+    phase's arrival process in place of its ``--request-rate inf`` (vLLM's
+    parser warns of a repeated option) and the per-request details."""
     argv = client_command(args, target, port, dataset, phase.num_requests, phase.concurrency,
                           temperature, result_dir, result_name)
     argv = argv[argv.index("bench") + 2:]
+    rate = argv.index("--request-rate")
+    del argv[rate:rate + 2]
     return argv + ["--request-rate", str(phase.request_rate),
                    "--burstiness", str(phase.burstiness), "--save-detailed",
                    "--disable-tqdm"]

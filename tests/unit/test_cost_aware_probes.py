@@ -132,15 +132,43 @@ def test_the_scheduler_probes_the_due_and_the_half_due_within_its_budget():
     scheduler.advance([due], [0], [True])
     assert due.probe_interval == 8
     # a step that would not draft otherwise, where the probe loses time
-    # (0.21 s for 1.5 tokens against 0.1 s a token: 0.06 s lost, the first
-    # step of the budget's window): a budget of half the engine's predicted
-    # time admits it, one of a fifth does not
+    # (0.21 s for 1.5 tokens against 0.1 s a token: 0.06 s lost). The window
+    # counts as full from the first step: the allowance is the budget times
+    # 200 steps at the mean predicted step (0.21 s): 0.084 s at 0.002 admits
+    # it, 0.042 s at 0.001 does not
     alone = [CostAwareState(steps_since_draft=3, probe_interval=4)]
-    admitted = ProbeScheduler(4, 16, budget=0.5).add_probes(alone, [0], True, costs,
-                                                             [0.5], ())
+    admitted = ProbeScheduler(4, 16, budget=0.002).add_probes(alone, [0], True, costs,
+                                                              [0.5], ())
     assert admitted.probes == [True]
     assert admitted.predicted_seconds == pytest.approx(0.21)
-    refused = ProbeScheduler(4, 16, budget=0.2).add_probes(alone, [0], True, costs,
-                                                            [0.5], ())
+    refused = ProbeScheduler(4, 16, budget=0.001).add_probes(alone, [0], True, costs,
+                                                             [0.5], ())
     assert refused.probes == [False] and refused.lengths == [0]
     assert refused.predicted_seconds == pytest.approx(costs.target_now)
+
+
+def test_a_young_engine_probes_after_a_bad_start():
+    """Three verifications of a hard first request (1 of 6 draft tokens
+    accepted) set the engine-wide rate of every new request below what pays
+    at batch 1. A probe of the next request, with its prompt to catch up, is
+    what can lift it; it must fit the budget although the engine has run
+    only a few steps, and once it is accepted the request drafts."""
+    # the real pair's costs on the 2-core CPU at batch 1; the draft's line
+    # prices the catch-up (2 ms a token)
+    p = policy(target=FixedLinearCost(0.136, 0.0), draft=FixedLinearCost(0.043, 0.002))
+    first = p.new_state()
+    for accepted in (0, 1, 0):
+        k = p.plan_batch([first], BatchView(1, 1))[0]
+        p.observe(first, k, min(accepted, k), BatchView(1, 1))
+    state, missed, kinds = p.new_state(), 60, []
+    for remaining in range(64, 48, -1):
+        batch = BatchView(1, 1, catch_up_tokens=(missed,), remaining_tokens=(remaining,))
+        k = p.plan_batch([state], batch)[0]
+        kinds.append(p.last_decision.kind)
+        if k:
+            p.observe(state, k, k, batch)
+            missed = 0
+        else:
+            missed += 1
+    assert kinds[0] == "skip"  # the engine-wide rate alone does not pay
+    assert "probe" in kinds and kinds[-1] == "draft"

@@ -21,7 +21,12 @@ budget across the engine: the seconds the model predicts such probes lose
 (their step's time minus what its expected tokens would take at the rate of
 the step without them) may be at most ``budget`` of the predicted engine
 time (decayed sums over about the last 200 steps), the probe about to run
-included. Once such a step is measured whole (``cycle_check``), its measured
+included. The window counts as full from the first step: the allowance is
+``budget`` times the mean predicted step seconds times the window's length,
+so a young engine, whose sums cover a few steps only, may spend at once what
+a window allows (else the first probes after start, which decide whether a
+new engine drafts at all, would be refused until the window fills, while
+every new request's catch-up grows). Once such a step is measured whole (``cycle_check``), its measured
 loss replaces the predicted one (``settle``), so probes the model thinks
 cheap but the clock does not are rationed by the clock. Without the budget,
 where drafting never pays (on the 2-core CPU at batch 16 a probe step costs
@@ -73,6 +78,7 @@ class ProbeScheduler:
         #: all predicted step seconds (the budget's window)
         self._probe_seconds = 0.0
         self._engine_seconds = 0.0
+        self._engine_steps = 0.0
         #: (predicted lost seconds, predicted seconds per token without the
         #: probes) of a step the probes made draft, until it is measured
         self._open_probe: tuple[float, float] | None = None
@@ -109,15 +115,23 @@ class ProbeScheduler:
             # tokens would take at the rate of the plan without them
             base_tokens, base_seconds = predicted_step(costs, rates, plan, catch_up_tokens)
             lost = max(0.0, seconds - tokens * base_seconds / base_tokens)
-            if max(plan) == 0 and (self._probe_seconds + lost
-                                   > self.budget * (self._engine_seconds + seconds)):
+            if max(plan) == 0 and self._probe_seconds + lost > self._allowance(seconds):
                 probes, probed, lost = [False] * len(plan), plan, 0.0
                 tokens, seconds = base_tokens, base_seconds
             elif max(plan) == 0:
                 self._open_probe = (lost, base_seconds / base_tokens)
         self._probe_seconds = _BUDGET_MEMORY * self._probe_seconds + lost
         self._engine_seconds = _BUDGET_MEMORY * self._engine_seconds + seconds
+        self._engine_steps = _BUDGET_MEMORY * self._engine_steps + 1.0
         return ProbedPlan(probes, probed, tokens, seconds)
+
+    def _allowance(self, seconds: float) -> float:
+        """The seconds probes may lose: ``budget`` of a full window of
+        steps at the mean predicted step seconds, the step about to run
+        included."""
+        mean_step_seconds = ((_BUDGET_MEMORY * self._engine_seconds + seconds)
+                             / (_BUDGET_MEMORY * self._engine_steps + 1.0))
+        return self.budget * mean_step_seconds / (1.0 - _BUDGET_MEMORY)
 
     def _probe_mask(self, states: list[CostAwareState], plan: list[int],
                     may_probe: bool) -> list[bool]:
