@@ -32,6 +32,12 @@ from vllm_gammatune.methods import METHODS as REGISTRY
 NO_SPECULATION = "no_spec"
 #: vLLM's own drafter at a fixed K (K draft forwards in every engine step)
 VLLM_FIXED_K = ("vllm_draft_model",)
+#: vLLM's n-gram drafter at a fixed K (every match offers up to K tokens)
+VLLM_NGRAM = "vllm_ngram"
+#: the n-gram bounds of every n-gram choice, vLLM's and the plugin's alike
+#: (matches of 2 to 4 tokens)
+NGRAM_KEYS: Mapping[str, int] = MappingProxyType({"prompt_lookup_min": 2,
+                                                  "prompt_lookup_max": 4})
 
 #: how each plugin method reads ``k`` and ``--cap`` (module docstring)
 K_ROLE: Mapping[str, str] = MappingProxyType({
@@ -53,12 +59,15 @@ VARIANTS: Mapping[str, tuple[str, Mapping[str, Any]]] = MappingProxyType({
     # AdaSD's ablations (Gen-Only, Verify-Only)
     "adasd_gen": ("adasd", {"adasd_mode": "generation"}),
     "adasd_verify": ("adasd", {"adasd_mode": "verification"}),
+    # the n-gram drafter (methods.drafters), driven by the plugin's methods
+    "gammatune_ngram": ("gammatune", {"drafter": "ngram", **NGRAM_KEYS}),
+    "gammatune_cost_ngram": ("gammatune_cost", {"drafter": "ngram", **NGRAM_KEYS}),
 })
 
 #: every name the harness runs: no speculation, vLLM's drafter, the registry's
 #: methods in its order, each followed by its variants
 METHOD_NAMES: tuple[str, ...] = (
-    NO_SPECULATION, *VLLM_FIXED_K, "vllm_schedule",
+    NO_SPECULATION, *VLLM_FIXED_K, "vllm_schedule", VLLM_NGRAM,
     *(name for method in REGISTRY
       for name in (method, *(v for v, (base, _) in VARIANTS.items() if base == method))),
 )
@@ -93,6 +102,8 @@ def speculative_config(name: str, draft: str, k: int, cap: int) -> dict[str, Any
         return None
     if name in VLLM_FIXED_K:
         return {"method": "draft_model", "model": draft, "num_speculative_tokens": k}
+    if name == VLLM_NGRAM:
+        return {"method": "ngram", "num_speculative_tokens": k, **NGRAM_KEYS}
     if name == "vllm_schedule":
         # vLLM's own batch-size schedule (num_speculative_tokens_per_batch_size),
         # hand-tuned for a CPU where fixed K loses to no speculation in batches:
@@ -101,13 +112,18 @@ def speculative_config(name: str, draft: str, k: int, cap: int) -> dict[str, Any
                 "num_speculative_tokens_per_batch_size": [[1, 1, k], [2, 1024, 0]]}
     if name in VARIANTS:
         method, fixed = VARIANTS[name]
-        return {**plugin_config(method, draft, k, cap), **fixed}
+        config = {**plugin_config(method, draft, k, cap), **fixed}
+        if config.get("drafter") == "ngram":
+            del config["model"]
+        return config
     return plugin_config(name, draft, k, cap)
 
 
 def drafts(name: str) -> bool:
     """Whether the method's engine holds a draft model."""
-    return name != NO_SPECULATION
+    if name in (NO_SPECULATION, VLLM_NGRAM):
+        return False
+    return VARIANTS.get(name, (name, {}))[1].get("drafter", "draft_model") == "draft_model"
 
 
 def check_method_names(methods: Iterable[str], allowed: Iterable[str] = METHOD_NAMES,

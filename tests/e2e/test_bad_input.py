@@ -42,6 +42,18 @@ def spec(tiny, **overrides):
             "draft_token_s": 0}}, ["fixed_step_costs.draft_pass_s", "-1"]),
         ({"method": "gammatune_cost", "gamma_init": 3},
          ["gamma_init", "not a parameter of method 'gammatune_cost'"]),
+        ({"drafter": "eagle"}, ["drafter", "'eagle'", "'draft_model', 'ngram'"]),
+        ({"drafter": "ngram"}, ["'model'", "drafter 'ngram'", "runs no draft model"]),
+        ({"drafter": "ngram", "model": None, "prompt_lookup_min": 4,
+          "prompt_lookup_max": 2}, ["prompt_lookup_min", "4", "prompt_lookup_max=2"]),
+        ({"drafter": "ngram", "model": None, "prompt_lookup_max": 0},
+         ["prompt_lookup_max", "0", ">= 1"]),
+        ({"prompt_lookup_min": 2}, ["prompt_lookup_min", "drafter 'draft_model'",
+                                    "read by drafter 'ngram'"]),
+        ({"method": "gammatune_plus", "drafter": "ngram", "model": None},
+         ["drafter", "'ngram'", "'gammatune_plus'", "allowed: 'draft_model'"]),
+        ({"method": "gammatune_cost", "drafter": "ngram", "model": None,
+          "token_stop": True}, ["token_stop", "drafter 'ngram'"]),
     ],
 )
 def test_bad_config_raises_at_llm(tiny, overrides, words):

@@ -36,16 +36,22 @@ def test_triton_makes_v2_vllms_default_here(tiny_models):
     assert config.use_v2_model_runner is True
 
 
-@pytest.mark.parametrize("method", PLUGIN_METHODS)
-def test_every_plugin_method_drafts_on_the_v1_runner_and_says_so(tiny_models, method):
-    with running_engine(tiny_models["target"], plugin_spec(method, tiny_models["draft"])) as llm:
+@pytest.mark.parametrize("name,method,drafter", [
+    *[(m, m, "AdaptiveDraftModelProposer") for m in PLUGIN_METHODS],
+    # the n-gram drafter (the lookup and the plan on the host)
+    ("gammatune_ngram", "gammatune", "AdaptiveNgramProposer"),
+    ("gammatune_cost_ngram", "gammatune_cost", "AdaptiveNgramProposer"),
+])
+def test_every_plugin_method_drafts_on_the_v1_runner_and_says_so(tiny_models, name, method,
+                                                                  drafter):
+    with running_engine(tiny_models["target"], plugin_spec(name, tiny_models["draft"])) as llm:
         tokens = greedy_tokens(llm, PROMPTS[:4], max_tokens=16)
         metrics = engine_metrics(llm)
         assert llm.llm_engine.vllm_config.use_v2_model_runner is False
     assert [len(t) for t in tokens] == [16] * 4
     info = metrics["vllm:gammatune_info"]
     assert info.value == 1 and info.labels["method"] == method
-    assert info.labels["runner"] == "v1"
+    assert info.labels["runner"] == "v1" and info.labels["drafter"] == drafter
 
 
 def _count_plugin_synchronisations(monkeypatch) -> list:

@@ -72,6 +72,9 @@ def serve_under_check(target: str, spec: dict, env: dict) -> dict:
 @pytest.mark.parametrize("method,extra", [
     *[(m, {}) for m in PLUGIN_METHODS],
     ("gammatune_cost", DRAFTING_COSTS),
+    # the n-gram drafter: host lookup and host plan, no draft tensor read
+    ("gammatune_cost_ngram", {}),
+    ("gammatune_ngram", {}),
 ])
 def test_plugin_method_serves_under_vllms_sync_check(tiny_models, method, extra):
     outcome = serve_under_check(tiny_models["target"],

@@ -4,8 +4,9 @@ import os
 
 import pytest
 
-from gammatune_tools.bench.methods import (K_ROLE, METHOD_NAMES, VARIANTS, check_method_names,
-                                           drafts, engine_k, method_name, speculative_config)
+from gammatune_tools.bench.methods import (K_ROLE, METHOD_NAMES, NGRAM_KEYS, VARIANTS,
+                                           check_method_names, drafts, engine_k, method_name,
+                                           speculative_config)
 from vllm_gammatune.methods import DEFAULT_ADASD_NUM_SPECULATIVE_TOKENS as W
 from vllm_gammatune.methods import METHODS as REGISTRY
 
@@ -35,6 +36,11 @@ AT_K4_CAP16 = {
                   "adasd_mode": "generation"},
     "adasd_verify": {"method": "adasd", "model": "d", "num_speculative_tokens": W,
                      "adasd_mode": "verification"},
+    "vllm_ngram": {"method": "ngram", "num_speculative_tokens": 4, **NGRAM_KEYS},
+    "gammatune_ngram": {"method": "gammatune", "num_speculative_tokens": 16, "gamma_init": 4,
+                        "drafter": "ngram", **NGRAM_KEYS},
+    "gammatune_cost_ngram": {"method": "gammatune_cost", "num_speculative_tokens": 4,
+                             "drafter": "ngram", **NGRAM_KEYS},
 }
 
 
@@ -64,7 +70,8 @@ def test_the_registrys_methods_are_all_here_and_nothing_else_of_the_plugin():
               if (speculative_config(name, "d", 2, 8) or {}).get("method") in REGISTRY]
     assert [name for name in plugin if name not in VARIANTS] == list(REGISTRY)
     for name, (method, fixed) in VARIANTS.items():
-        assert set(fixed) <= set(REGISTRY[method].parameters), name
+        # the method's parameters, or the drafter and its vLLM keys
+        assert set(fixed) <= {*REGISTRY[method].parameters, "drafter", *NGRAM_KEYS}, name
         assert METHOD_NAMES.index(name) > METHOD_NAMES.index(method)
     with pytest.raises(KeyError):
         speculative_config("nope", "d", 2, 8)
@@ -99,3 +106,20 @@ def test_an_engine_suffix_sets_the_environment_its_engine_starts_with(monkeypatc
     assert "VLLM_GAMMATUNE_CUDA_HOT_PATH" not in os.environ
     with pytest.raises(ValueError, match=r"\+warm.*allowed: \+hot, \+host"):
         engine_environment("gammatune+warm")
+
+
+def test_the_ngram_choices_run_no_draft_model():
+    assert speculative_config("vllm_ngram", "d", 5, 8) == {
+        "method": "ngram", "num_speculative_tokens": 5, **NGRAM_KEYS}
+    cost = speculative_config("gammatune_cost_ngram", "d", 8, 8)
+    assert cost == {"method": "gammatune_cost", "num_speculative_tokens": 8,
+                    "drafter": "ngram", **NGRAM_KEYS}
+    assert "model" not in speculative_config("gammatune_ngram", "d", 4, 16)
+    assert not drafts("vllm_ngram") and not drafts("gammatune_cost_ngram")
+    assert drafts("gammatune_cost") and drafts("vllm_draft_model")
+    # the plugin accepts what the harness builds
+    from vllm_gammatune.methods import split_speculative_config
+
+    settings, vllm_config = split_speculative_config(cost, set(NGRAM_KEYS) | {
+        "num_speculative_tokens", "method"})
+    assert settings.drafter == "ngram" and vllm_config["method"] == "ngram"

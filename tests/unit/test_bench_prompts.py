@@ -45,3 +45,13 @@ def test_first_turns_and_sharegpt_rows_take_the_first_turn():
                        "conversations": [{"from": "human", "value": "<hi>"},
                                          {"from": "gpt", "value": ""}]}
     assert rows[1]["id"] == "math-1"
+
+
+def test_the_code_editing_prompts_ship_with_their_code_and_split_in_halves():
+    from gammatune_tools.bench.prompts import DATA, load_prompts
+
+    path = str(DATA / "code_edit_question.jsonl")
+    prompts = load_prompts(path)
+    assert len(prompts) == 12 and {category for category, _ in prompts} == {"code_editing"}
+    assert all("```" in turns[0] and "Reply with the whole" in turns[0] for _, turns in prompts)
+    assert len(load_prompts(path, split="eval")) == len(load_prompts(path, split="tune")) == 6

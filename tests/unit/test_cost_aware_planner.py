@@ -13,6 +13,7 @@ from policy_simulation import (
     CPU_TARGET,
     GPU_DRAFT,
     GPU_TARGET,
+    measured_cpu_policy,
     plan_of,
     policy,
     trained_states,
@@ -165,3 +166,49 @@ def test_catch_up_is_spread_over_the_requests_remaining_tokens():
     assert max(plan_of(p, states, BatchView(2, 2))) > 0  # drafting pays, no catch-up
     assert plan(())[1] == 0 and plan((2, 2))[1] == 0  # all of it now: waits
     assert plan((256, 256))[1] > 0  # a long way to go: catches up and drafts
+
+
+def test_each_request_drafts_at_most_what_its_drafter_offers():
+    """With per-request limits (an n-gram drafter's match lengths), the plan
+    is the best plan under them: brute force over the limited lengths, a
+    request offered nothing drafts nothing, and with draft passes that cost
+    nothing a request with a good rate takes its whole offer."""
+    free = FixedLinearCost(0.0, 0.0)
+    p = policy(target=FixedLinearCost(0.1, 0.002), draft=free, cap=6)
+    states = trained_states(p, 3, drafted=4, accepted=4)
+    limits = (2, 0, 5)
+    batch = BatchView(3, 3, draft_limits=limits)
+    plan = p.plan_batch(states, batch)
+    assert plan[1] == 0 and plan[0] <= 2 and plan[2] <= 5
+    rates = [p.acceptance.rate(s) for s in states]
+    best = max((candidate for candidate in itertools.product(
+        *(range(limit + 1) for limit in limits))),
+        key=lambda candidate: ratio_of(p, states, batch, list(candidate)))
+    assert ratio_of(p, states, batch, plan) == pytest.approx(
+        ratio_of(p, states, batch, list(best)))
+    assert plan == [2, 0, 5] and all(rate > 0.9 for rate in rates)
+    # nothing offered to anyone: nothing drafts, and no probe is asked for
+    p = policy(target=FixedLinearCost(0.1, 0.002), draft=free, cap=6, probe_interval=1)
+    states = [p.new_state() for _ in range(3)]
+    assert all(p.plan_batch(states, BatchView(3, 3, draft_limits=(0, 0, 0))) == [0] * 3
+               for _ in range(5))
+
+
+def test_a_drafter_without_draft_kv_prices_no_catch_up():
+    """``adapt_to_drafter(keeps_draft_kv=False)``: a prompt step plans
+    without first drafting a chunk to price a catch-up (which a drafter with
+    a draft KV cache does while no catch-up was timed), and its catch-up
+    line costs nothing."""
+    def first_prompt_step_kind(keeps_draft_kv: bool) -> str:
+        p = measured_cpu_policy(prompt_pass=False)
+        p.adapt_to_drafter(runs_every_planned_pass=False, observation_lag=0,
+                           keeps_draft_kv=keeps_draft_kv)
+        states = trained_states(p, 4, drafted=4, accepted=4)
+        p.plan_batch(states, BatchView(4, 300, has_prefill=True))
+        return p.last_decision.kind
+
+    assert first_prompt_step_kind(True) == "price"
+    assert first_prompt_step_kind(False) != "price"
+    p = measured_cpu_policy(prompt_pass=False)
+    p.adapt_to_drafter(runs_every_planned_pass=False, observation_lag=0, keeps_draft_kv=False)
+    assert p.catch_up_line(4) == (0.0, 0.0)

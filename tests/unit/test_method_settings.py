@@ -15,7 +15,8 @@ from vllm_gammatune.methods.parameters import DEFAULT_CONFIDENCE_THRESHOLD
 from vllm_gammatune.policies import CostAwarePolicy, GammaTunePolicy, HFHeuristicPolicy
 
 VLLM_KEYS = frozenset({"model", "num_speculative_tokens", "draft_tensor_parallel_size",
-                       "max_model_len", "method", "use_heterogeneous_vocab"})
+                       "max_model_len", "method", "use_heterogeneous_vocab",
+                       "prompt_lookup_min", "prompt_lookup_max"})
 
 
 def split(**config):
@@ -48,7 +49,8 @@ def test_settings_hold_their_methods_parameters_only(name):
     settings, _ = split(method=name, model="d")
     assert set(settings.parameters) == set(METHODS[name].parameters)
     data = settings.to_dict()
-    assert set(data) == {"method", "num_speculative_tokens", *METHODS[name].parameters}
+    assert set(data) == {"method", "num_speculative_tokens", "drafter",
+                         *METHODS[name].parameters}
     assert data["method"] == name and MethodSettings.from_dict(data) == settings
 
 
@@ -165,3 +167,54 @@ def test_min_draft_gain_default_and_given():
     assert settings.parameters["min_draft_gain"] == 0.05
     settings, draft = split(method="gammatune_cost", model="d", min_draft_gain=0.0)
     assert settings.make_policy().min_draft_gain == 0.0 and "min_draft_gain" not in draft
+
+
+def test_the_ngram_drafter_maps_to_vllms_ngram_method():
+    settings, vllm_config = split(method="gammatune_cost", drafter="ngram",
+                                  prompt_lookup_min=2, prompt_lookup_max=4)
+    assert settings.drafter == "ngram"
+    assert vllm_config == {"method": "ngram", "num_speculative_tokens": 8,
+                           "prompt_lookup_min": 2, "prompt_lookup_max": 4}
+    # no draft distribution: the per-token stop is off by default
+    assert settings.parameters["token_stop"] is False
+    assert MethodSettings.from_dict(settings.to_dict()) == settings
+    # vLLM's defaults for the bounds stay vLLM's (none given: none passed)
+    _, vllm_config = split(method="gammatune", drafter="ngram")
+    assert vllm_config == {"method": "ngram", "num_speculative_tokens": 16}
+
+
+def test_the_draft_model_drafter_is_the_default_and_keeps_the_per_token_stop():
+    settings, _ = split(method="gammatune_cost", model="d")
+    assert settings.drafter == "draft_model" and settings.parameters["token_stop"] is True
+    # a worker's settings from before the drafter key read as the draft model
+    data = settings.to_dict()
+    del data["drafter"]
+    assert MethodSettings.from_dict(data).drafter == "draft_model"
+
+
+@pytest.mark.parametrize("method", ["gammatune_plus", "assistant_threshold", "adasd"])
+def test_a_method_that_reads_draft_distributions_refuses_the_ngram_drafter(method):
+    with pytest.raises(GammaTuneConfigError) as info:
+        split(method=method, drafter="ngram")
+    message = str(info.value)
+    assert "'drafter'" in message and "'ngram'" in message and repr(method) in message
+
+
+@pytest.mark.parametrize("config,words", [
+    ({"drafter": "medusa"}, ["'drafter'", "'medusa'", "'draft_model', 'ngram'"]),
+    ({"drafter": "ngram", "model": "d"}, ["'model'", "'d'", "runs no draft model"]),
+    ({"drafter": "ngram", "prompt_lookup_min": 3, "prompt_lookup_max": 2},
+     ["prompt_lookup_min", "3", "prompt_lookup_max=2"]),
+    ({"drafter": "ngram", "prompt_lookup_min": 0}, ["prompt_lookup_min", "0", ">= 1"]),
+    ({"drafter": "ngram", "prompt_lookup_max": 2.5}, ["prompt_lookup_max", "2.5", "integer"]),
+    ({"model": "d", "prompt_lookup_max": 3}, ["prompt_lookup_max", "'draft_model'",
+                                              "'ngram'"]),
+    ({"method": "gammatune_cost", "drafter": "ngram", "token_stop": True},
+     ["token_stop", "'ngram'", "unset or set it to false"]),
+])
+def test_bad_drafter_configs_name_field_value_and_allowed(config, words):
+    config = {"method": "gammatune", **config}
+    with pytest.raises(GammaTuneConfigError) as info:
+        split(**config)
+    for word in words:
+        assert word in str(info.value), (word, str(info.value))

@@ -47,7 +47,8 @@ def test_defaults_validate_and_the_factory_builds(name):
     method = METHODS[name]
     settings, draft = split_speculative_config({"method": name, "model": "d"}, VLLM_KEYS)
     assert settings.num_speculative_tokens == method.num_speculative_tokens
-    resolved = {"num_speculative_tokens": settings.num_speculative_tokens}
+    resolved = {"num_speculative_tokens": settings.num_speculative_tokens,
+                "drafter": "draft_model", "draft_distributions": True}
     for key, parameter in PARAMETERS.items():
         default = parameter.default_for(method.defaults, resolved)
         resolved[key] = settings.parameters.get(key, default)
@@ -90,7 +91,9 @@ def test_markdown_table_lists_every_method_once_with_its_defaults():
     for name, line in zip(METHODS, lines[2:]):
         assert line.startswith(f"| `{name}` |")
         assert METHODS[name].description in line
-    assert "| `adasd` | no (lossy) | 20 | `adasd_mode='both'`, `adasd_window=20` |" in table
+    assert ("| `adasd` | no (lossy) | `draft_model` | 20 | `adasd_mode='both'`, "
+            "`adasd_window=20` |") in table
+    assert "| `gammatune_cost` | yes | `draft_model`, `ngram` | 8 |" in table
     assert "`confidence_threshold=0.4`" in lines[2 + list(METHODS).index("assistant_threshold")]
 
 

@@ -53,6 +53,7 @@ class Internal:
 
 _RUNNER = "vllm.v1.worker.gpu_model_runner"
 _PROPOSER_BASE = "vllm.v1.spec_decode.llm_base_proposer"
+_NGRAM = "vllm.v1.spec_decode.ngram_proposer"
 _NO_DRAFTER_REGISTRY = "vLLM lets a plugin register a drafter for the V1 and V2 runners"
 _NO_ACCEPTANCE_HOOK = "vLLM offers a per-request acceptance hook"
 _NO_FINISH_HOOK = "vLLM tells drafters when a request finishes"
@@ -82,12 +83,14 @@ INTERNALS: tuple[Internal, ...] = (
              "(or fail the engine start), log it and mark it on /metrics",
              _NO_DRAFTER_REGISTRY, params=("self",), patch="gpu_worker"),
     Internal(_RUNNER, "GPUModelRunner.__init__", "rebind",
-             "build AdaptiveDraftModelProposer where the runner's if/elif chain builds "
-             "DraftModelProposer", _NO_DRAFTER_REGISTRY,
+             "build AdaptiveDraftModelProposer (AdaptiveNgramProposer) where the "
+             "runner's if/elif chain builds DraftModelProposer (NgramProposer)",
+             _NO_DRAFTER_REGISTRY,
              params=("self", "vllm_config", "device"), patch="gpu_model_runner"),
     Internal(_RUNNER, "GPUModelRunner._sample", "rebind",
-             "make the step's req_ids known to AdaSD's verification; sample a step "
-             "without draft tokens with the plain sampler",
+             "make the step's req_ids known to AdaSD's verification, and the verified "
+             "draft lengths to the n-gram drafter; sample a step without draft tokens "
+             "with the plain sampler",
              _NO_ACCEPTANCE_HOOK, params=("self", "logits", "spec_decode_metadata"),
              patch="gpu_model_runner"),
     Internal(_RUNNER, "GPUModelRunner._update_states", "rebind",
@@ -181,6 +184,24 @@ INTERNALS: tuple[Internal, ...] = (
              params=("attn_metadata", "vllm_config"),
              keywords=("num_tokens", "num_tokens_across_dp", "cudagraph_runtime_mode",
                        "slot_mapping")),
+    # -- the n-gram drafter: a subclass of vLLM's n-gram proposer -------------
+    Internal(_NGRAM, "NgramProposer", "subclass",
+             "the prompt lookup stays vLLM's own; the plugin decides how much of "
+             "each offer is verified. The runner's __init__ imports the class from "
+             "this module when it builds its n-gram drafter; the plugin's subclass "
+             "takes its place there for that call only", _NO_DRAFTER_REGISTRY),
+    Internal(_NGRAM, "NgramProposer.__init__", "call",
+             "the drafter is built as vLLM builds its own", _NO_DRAFTER_REGISTRY,
+             params=("self", "vllm_config")),
+    Internal(_NGRAM, "NgramProposer.propose", "override",
+             "observe, look up at the cap, plan and cut; vLLM calls it with the "
+             "step's sampled tokens as host lists", "vLLM drafts per-request lengths itself",
+             params=("self", "num_speculative_tokens", "sampled_token_ids",
+                     "num_tokens_no_spec", "token_ids_cpu", "slot_mappings")),
+    Internal("vllm.v1.spec_decode.metadata", "SpecDecodeMetadata.num_draft_tokens", "read",
+             "the draft tokens each request has verified, handed to the n-gram drafter "
+             "at the sampling step (vLLM's n-gram path does not tell it)",
+             "vLLM offers a per-request verification hook"),
     # -- the runner's state the drafter reads -------------------------------
     Internal(_RUNNER, "DraftModelProposer", "swap",
              "the runner's __init__ builds the class named by this module global; it "

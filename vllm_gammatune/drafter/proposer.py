@@ -61,6 +61,7 @@ from vllm_gammatune.draft_kv.holes import DraftKVHoles
 from vllm_gammatune.drafter.draft_distribution import draft_distribution, proposed_token_probs
 from vllm_gammatune.drafter.draft_step import DraftStep, EveryRequestStopped, plan_draft_step
 from vllm_gammatune.drafter.hot_path import read_on_host, uses_cuda_hot_path
+from vllm_gammatune.drafter.observations import observe_verifications
 from vllm_gammatune.drafter.request_records import RequestRecords
 from vllm_gammatune.drafter.step_metrics import attach_step_metrics
 from vllm_gammatune.drafter.step_timing import StepTimer
@@ -185,29 +186,10 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
 
     def _observe(self, req_ids: list[str], num_draft_tokens: list[int],
                  valid_counts: list[int]) -> None:
-        """Count-based update from one verification (a policy that learns per
-        token learns at the rejection sampler instead: ``verify.adasd_verifier``).
+        """Count-based update from one verification (``observations``).
         ``valid_counts``: [num_reqs] accepted drafts + 1 (0 if discarded)."""
-        if self.policy.learns_per_token:
-            return
-        batch = BatchView(batch_size=len(req_ids))
-        for req_id, drafted, num_valid in zip(req_ids, num_draft_tokens, valid_counts):
-            if drafted <= 0 or num_valid <= 0:
-                continue
-            accepted = min(drafted, num_valid - 1)
-            state = self.records.policy_state(req_id)
-            if trace.writer() is not None:  # VLLM_GAMMATUNE_TRACE only
-                self._trace_verification(req_id, state, drafted, accepted)
-            self.records.set_policy_state(
-                req_id, self.policy.observe(state, drafted, accepted, batch))
-
-    def _trace_verification(self, req_id: str, state, drafted: int, accepted: int) -> None:
-        details = {}
-        probs = self.records.take_traced_token_probs(req_id)
-        if probs is not None:
-            details["token_probs"] = [round(q, 4) for q in probs[:drafted]]
-        details.update(self.policy.verification_details(state, drafted) or {})
-        trace.record(req_id, drafted, accepted, details)
+        observe_verifications(self.policy, self.records, req_ids, num_draft_tokens,
+                              valid_counts)
 
     # -- 2. plan ------------------------------------------------------------------
     def _batch_view(self, req_ids: list[str], num_speculative_tokens: int, cad):

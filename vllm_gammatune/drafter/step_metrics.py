@@ -46,11 +46,6 @@ class StepMetrics:
         num_early = sum(1 for i in kept if early[i])
         num_stopped_tokens = sum(planned[i] - len(drafts[i]) for i in kept if early[i])
         entropy_stops = step.stop_on == "entropy"
-        cycle_check = self._policy.cycle_check
-        if cycle_check is not None and cycle_check.is_informed(num_reqs):
-            # the gauge keeps the last scale the check had evidence for: the
-            # tail of a burst (fewer requests, few cycles) does not reset it
-            self._reported_drafting_scale = cycle_check.drafting_scale(num_reqs)
         self.counters.record_step(
             [len(drafts[i]) for i in kept],
             sum(planned[i] for i in kept),
@@ -61,9 +56,33 @@ class StepMetrics:
             policy_seconds=policy_seconds,
             num_skipped_draft_steps=int(skipped),
             num_catch_up_tokens=num_catch_up_tokens,
-            drafting_scale=None if cycle_check is None else self._reported_drafting_scale,
+            drafting_scale=self._drafting_scale(num_reqs),
             num_stopped_draft_tokens=num_stopped_tokens,
         )
+
+    def record_lookup_step(self, drafts: list[list[int]], planned: list[int], discarded,
+                           num_tracked_requests: int, policy_seconds: float) -> None:
+        """Count one proposal of a drafter that runs no model (n-gram):
+        ``planned`` per request, what the policy allowed; no draft forward
+        pass, no stop, nothing to catch up."""
+        kept = [i for i in range(len(drafts)) if not discarded[i]]
+        self.counters.record_step(
+            [len(drafts[i]) for i in kept], sum(planned[i] for i in kept), 0,
+            num_tracked_requests, policy_seconds=policy_seconds,
+            num_skipped_draft_steps=int(not any(drafts)),
+            drafting_scale=self._drafting_scale(len(drafts)))
+
+    def _drafting_scale(self, num_reqs: int) -> float | None:
+        """The drafting scale to report, None for a policy without a check
+        against the clock. The gauge keeps the last scale the check had
+        evidence for: the tail of a burst (fewer requests, few cycles) does
+        not reset it."""
+        cycle_check = self._policy.cycle_check
+        if cycle_check is None:
+            return None
+        if cycle_check.is_informed(num_reqs):
+            self._reported_drafting_scale = cycle_check.drafting_scale(num_reqs)
+        return self._reported_drafting_scale
 
 
 def attach_step_metrics(vllm_config, max_num_draft_tokens: int,

@@ -1,4 +1,7 @@
-"""Turning a plugin method into vLLM's draft_model config (front-end process).
+"""Turning a plugin method into the config of vLLM's method underneath (front-end process).
+
+That method is ``draft_model``, or ``ngram`` for a method that drives the
+n-gram drafter (``methods.drafters``).
 
 Called in place of ``EngineArgs.create_speculative_config`` (see
 ``patches/arg_utils.py``), before vLLM builds ``SpeculativeConfig``, so a bad
@@ -80,7 +83,7 @@ def create_speculative_config(
 
     user_config = engine_args.speculative_config
     user_shorthands = {a: getattr(engine_args, a, None) for _, a, _ in _CLI_SHORTHANDS}
-    settings, draft_model_config = split_speculative_config(
+    settings, vllm_method_config = split_speculative_config(
         _merged_user_config(engine_args), _vllm_speculative_keys()
     )
 
@@ -88,7 +91,7 @@ def create_speculative_config(
         # AdaSD's relaxed verification wraps vLLM's standard rejection sampler
         # only; vLLM's other verifiers (synthetic acceptance, block
         # verification, 0.33's lossy "fly") would bypass or contradict it.
-        rejection_method = draft_model_config.get("rejection_sample_method", "standard")
+        rejection_method = vllm_method_config.get("rejection_sample_method", "standard")
         if rejection_method != "standard":
             raise GammaTuneConfigError(
                 f"speculative_config['rejection_sample_method']={rejection_method!r} "
@@ -105,7 +108,7 @@ def create_speculative_config(
 
     counters = StepCounters.create(settings.num_speculative_tokens)
     register_engine_counters(counters, str(engine_args.served_model_name or engine_args.model),
-                             method)
+                             method, settings.drafter)
     engine_args.additional_config = {
         **(engine_args.additional_config or {}),
         ADDITIONAL_CONFIG_KEY: {
@@ -114,7 +117,7 @@ def create_speculative_config(
         },
     }
 
-    engine_args.speculative_config = draft_model_config
+    engine_args.speculative_config = vllm_method_config
     for _, attr, _ in _CLI_SHORTHANDS:
         setattr(engine_args, attr, None)
     try:
@@ -123,8 +126,9 @@ def create_speculative_config(
         )
     except (ValueError, TypeError) as exc:
         raise GammaTuneConfigError(
-            f"speculative_config for method {method!r} (draft "
-            f"model={draft_model_config.get('model')!r}) was refused by vLLM: {exc}"
+            f"speculative_config for method {method!r} (drafter "
+            f"{settings.drafter!r}, model={vllm_method_config.get('model')!r}) was "
+            f"refused by vLLM: {exc}"
         ) from exc
     finally:
         # Leave the user's arguments as they were (EngineArgs may be reused).
@@ -132,14 +136,15 @@ def create_speculative_config(
         for attr, value in user_shorthands.items():
             setattr(engine_args, attr, value)
 
-    target_vocab = target_model_config.get_vocab_size()
-    draft_vocab = speculative_config.draft_model_config.get_vocab_size()
-    if target_vocab != draft_vocab:
-        raise GammaTuneConfigError(
-            f"speculative_config['model']={draft_model_config.get('model')!r} has "
-            f"vocabulary size {draft_vocab}; method {method!r} needs a draft with "
-            f"the target's vocabulary (size {target_vocab})"
-        )
+    if vllm_method_config["method"] == "draft_model":
+        target_vocab = target_model_config.get_vocab_size()
+        draft_vocab = speculative_config.draft_model_config.get_vocab_size()
+        if target_vocab != draft_vocab:
+            raise GammaTuneConfigError(
+                f"speculative_config['model']={vllm_method_config.get('model')!r} has "
+                f"vocabulary size {draft_vocab}; method {method!r} needs a draft with "
+                f"the target's vocabulary (size {target_vocab})"
+            )
     if settings.is_lossy:
         logger.warning_once(
             "vllm-gammatune: speculative method %r is LOSSY: it may accept draft "
@@ -148,10 +153,11 @@ def create_speculative_config(
             method,
         )
     logger.info(
-        "vllm-gammatune: speculative method %r configured on vLLM's draft_model "
+        "vllm-gammatune: speculative method %r configured on vLLM's %s "
         "machinery (cap %d, async scheduling off); each worker confirms its "
         "drafter at start ('vllm-gammatune active').",
         method,
+        vllm_method_config["method"],
         settings.num_speculative_tokens,
     )
     return speculative_config

@@ -160,17 +160,23 @@ def confirm_plugin_drafter(runner: Any, vllm_config: Any) -> str | None:
     method = plugin_method_of(vllm_config)
     if method is None:
         return None
-    from vllm_gammatune.drafter.proposer import AdaptiveDraftModelProposer
-
+    # imported only where that drafter is configured: the n-gram module loads
+    # numba, which a later in-process engine start on the CPU cannot survive
+    # (docs/methods.md#drafters)
+    settings = plugin_section(vllm_config.additional_config).get("settings") or {}
+    if settings.get("drafter") == "ngram":
+        from vllm_gammatune.drafter.ngram_proposer import AdaptiveNgramProposer as expected
+    else:
+        from vllm_gammatune.drafter.proposer import AdaptiveDraftModelProposer as expected
     runner_name = f"{type(runner).__module__}.{type(runner).__qualname__}"
     drafter = getattr(runner, "drafter", None)
-    if not isinstance(drafter, AdaptiveDraftModelProposer):
+    if not isinstance(drafter, expected):
         built = "no drafter" if drafter is None else (
             f"drafter {type(drafter).__module__}.{type(drafter).__qualname__}")
         raise DrafterNotActiveError(
             f"vllm-gammatune: speculative method {method!r} is configured, but this "
             f"worker's model runner {runner_name} built {built}, not the plugin's "
-            f"AdaptiveDraftModelProposer. The plugin's methods run only on vLLM's V1 "
+            f"{expected.__name__}. The plugin's methods run only on vLLM's V1 "
             f"model runner (vllm.v1.worker.gpu_model_runner.GPUModelRunner and its "
             f"subclasses). Run `vllm-gammatune doctor` to see which runner this "
             f"machine gets and which vLLM internals differ."

@@ -3,33 +3,51 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 
 from vllm_gammatune.methods.settings import settings_from_additional_config
 
+#: per drafter (``methods.drafters``): the module whose class the runner
+#: constructs, and that class's name there
+_VLLM_DRAFTER_CLASSES = {
+    "draft_model": ("vllm.v1.worker.gpu_model_runner", "DraftModelProposer"),
+    "ngram": ("vllm.v1.spec_decode.ngram_proposer", "NgramProposer"),
+}
+
 
 @contextlib.contextmanager
-def _drafter_class(cls):
-    """Make the runner's ``DraftModelProposer(...)`` construct ``cls``.
+def _drafter_class(drafter: str, cls):
+    """Make the runner's construction of vLLM's drafter construct ``cls``.
 
-    The runner looks the class up in its module's globals; the rebinding lasts
+    The runner looks ``DraftModelProposer`` up in its module's globals, and
+    imports ``NgramProposer`` from its module inside ``__init__``; either way
+    the name is read from a module at construction time. The rebinding lasts
     only for the runner's ``__init__``, so later ``isinstance`` checks see
     vLLM's class again (which ``cls`` subclasses).
     """
-    from vllm.v1.worker import gpu_model_runner
-
-    original = gpu_model_runner.DraftModelProposer
-    gpu_model_runner.DraftModelProposer = cls
+    module_name, name = _VLLM_DRAFTER_CLASSES[drafter]
+    module = importlib.import_module(module_name)
+    original = getattr(module, name)
+    setattr(module, name, cls)
     try:
         yield
     finally:
-        gpu_model_runner.DraftModelProposer = original
+        setattr(module, name, original)
 
 
 def init_with_adaptive_drafter(original_init, runner, vllm_config, *args, **kwargs):
     """``GPUModelRunner.__init__`` that uses the plugin's drafter when asked."""
-    if settings_from_additional_config(vllm_config.additional_config) is None:
+    settings = settings_from_additional_config(vllm_config.additional_config)
+    if settings is None:
         return original_init(runner, vllm_config, *args, **kwargs)
-    from vllm_gammatune.drafter.proposer import AdaptiveDraftModelProposer
+    if settings.drafter == "ngram":
+        from vllm_gammatune.drafter.ngram_proposer import AdaptiveNgramProposer as cls
+    else:
+        from vllm_gammatune.drafter.proposer import AdaptiveDraftModelProposer as cls
 
-    with _drafter_class(AdaptiveDraftModelProposer):
-        return original_init(runner, vllm_config, *args, **kwargs)
+    with _drafter_class(settings.drafter, cls):
+        result = original_init(runner, vllm_config, *args, **kwargs)
+    attach_runner = getattr(getattr(runner, "drafter", None), "attach_runner", None)
+    if attach_runner is not None:  # the n-gram drafter is built without it
+        attach_runner(runner)
+    return result

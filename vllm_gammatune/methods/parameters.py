@@ -101,6 +101,19 @@ def _step_costs(value: Any, resolved: Mapping[str, Any]) -> dict[str, float] | N
     return costs
 
 
+def _token_stop(value: Any, resolved: Mapping[str, Any]) -> bool:
+    """The per-token stop reads the draft model's probability of each
+    token: a drafter without one (n-gram) cannot serve it."""
+    value = require_bool("token_stop", value)
+    if value and not resolved["draft_distributions"]:
+        raise GammaTuneConfigError(
+            f"speculative_config['token_stop']=True is not allowed with drafter "
+            f"{resolved['drafter']!r}: the per-token stop reads the draft model's "
+            "probability of each token, which that drafter does not have; leave "
+            "token_stop unset or set it to false")
+    return value
+
+
 def _adasd_mode(value: Any, resolved: Mapping[str, Any]) -> str:
     if value not in ADASD_MODES:
         raise GammaTuneConfigError(
@@ -117,7 +130,8 @@ class Parameter:
     """One plugin key of ``speculative_config``.
 
     ``default``: the value when the user gives none, or a function of the
-    values resolved before this parameter (``num_speculative_tokens`` and the
+    values resolved before this parameter (``num_speculative_tokens``, the
+    ``drafter``, whether it offers ``draft_distributions``, and the
     parameters above it in ``PARAMETERS``). ``validate(value, resolved)``
     returns the value to keep or raises ``GammaTuneConfigError`` naming the
     key, the value and what is allowed.
@@ -196,9 +210,10 @@ PARAMETERS: dict[str, Parameter] = {p.name: p for p in (
             "needs to draft)", lambda x: 0.0 <= x < 1.0),
         "predicted gain over not drafting that a step needs to draft"),
     Parameter(
-        "token_stop", True, lambda v, r: require_bool("token_stop", v),
+        "token_stop", lambda r: r["draft_distributions"], _token_stop,
         "after each draft token, draft the next only while it pays (off: the "
-        "step plan's lengths)"),
+        "step plan's lengths; off by default, and refused, with a drafter "
+        "without a draft distribution)"),
     Parameter(
         "fixed_step_costs", None, _step_costs,
         "fixed costs in seconds (" + ", ".join(STEP_COST_KEYS) + ") instead of "
@@ -207,8 +222,9 @@ PARAMETERS: dict[str, Parameter] = {p.name: p for p in (
 
 
 def resolve_parameters(taken: tuple[str, ...], method_defaults: Mapping[str, Any],
-                       config: Mapping[str, Any],
-                       num_speculative_tokens: int) -> dict[str, Any]:
+                       config: Mapping[str, Any], num_speculative_tokens: int,
+                       drafter: str = "draft_model",
+                       draft_distributions: bool = True) -> dict[str, Any]:
     """The validated values of the parameters in ``taken`` (a method's): the
     user's value where given, else the default under ``method_defaults``.
 
@@ -220,7 +236,9 @@ def resolve_parameters(taken: tuple[str, ...], method_defaults: Mapping[str, Any
     Raises:
         GammaTuneConfigError: naming the key, the value and what is allowed.
     """
-    resolved: dict[str, Any] = {"num_speculative_tokens": num_speculative_tokens}
+    resolved: dict[str, Any] = {"num_speculative_tokens": num_speculative_tokens,
+                                "drafter": drafter,
+                                "draft_distributions": draft_distributions}
     for name, parameter in PARAMETERS.items():
         default = parameter.default_for(method_defaults, resolved)
         resolved[name] = (parameter.validate(config.get(name, default), resolved)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from vllm_gammatune.methods.drafters import DRAFTER_DRAFT_MODEL, DRAFTERS
 from vllm_gammatune.methods.parameters import resolve_parameters
 from vllm_gammatune.policies import (
     AdaSDPolicy,
@@ -71,12 +72,19 @@ class Method:
     num_speculative_tokens: int = DEFAULT_NUM_SPECULATIVE_TOKENS
     #: its own defaults, where they differ from the parameter's
     defaults: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    #: it stops each draft on the draft model's distribution (confidence,
+    #: entropy), so only a drafter that has one can serve it
+    #: (``methods.drafters``)
+    needs_distributions: bool = False
 
-    def resolve(self, config: Mapping[str, Any], num_speculative_tokens: int) -> dict[str, Any]:
+    def resolve(self, config: Mapping[str, Any], num_speculative_tokens: int,
+                drafter: str = DRAFTER_DRAFT_MODEL) -> dict[str, Any]:
         """Its parameters' validated values: the user's (``config``) where
-        given, else the defaults at this cap. Raises ``GammaTuneConfigError``."""
+        given, else the defaults at this cap and drafter. Raises
+        ``GammaTuneConfigError``."""
         return resolve_parameters(self.parameters, self.defaults, config,
-                                  num_speculative_tokens)
+                                  num_speculative_tokens, drafter,
+                                  DRAFTERS[drafter].offers_distributions)
 
 
 def _gammatune_policy(num_speculative_tokens: int, *, gamma_init: int, gamma_min: int,
@@ -115,7 +123,8 @@ METHODS: dict[str, Method] = {m.name: m for m in (
            True, _GAMMATUNE_KEYS, _gammatune_policy),
     Method(METHOD_GAMMATUNE_PLUS,
            "GammaTune+: GammaTune with a stop at the first low-confidence draft token",
-           True, _GAMMATUNE_KEYS + ("confidence_threshold",), _gammatune_policy),
+           True, _GAMMATUNE_KEYS + ("confidence_threshold",), _gammatune_policy,
+           needs_distributions=True),
     Method(METHOD_FIXED, "a fixed draft length (vLLM's K, on the plugin's machinery)",
            True, ("gamma_init",),
            lambda cap, gamma_init: FixedDraftPolicy(cap, gamma_init)),
@@ -128,13 +137,15 @@ METHODS: dict[str, Method] = {m.name: m for m in (
            True, ("gamma_init", "confidence_threshold"),
            lambda cap, gamma_init, confidence_threshold: AssistantThresholdPolicy(
                cap, gamma_init, confidence_threshold),
-           defaults=MappingProxyType({"confidence_threshold": DEFAULT_ASSISTANT_THRESHOLD})),
+           defaults=MappingProxyType({"confidence_threshold": DEFAULT_ASSISTANT_THRESHOLD}),
+           needs_distributions=True),
     Method(METHOD_ADASD,
            "AdaSD (lossy): entropy stop while drafting, relaxed acceptance by JS distance",
            False, ("adasd_mode", "adasd_window"),
            lambda cap, adasd_mode, adasd_window: AdaSDPolicy(
                cap, window=adasd_window, mode=adasd_mode),
-           num_speculative_tokens=DEFAULT_ADASD_NUM_SPECULATIVE_TOKENS),
+           num_speculative_tokens=DEFAULT_ADASD_NUM_SPECULATIVE_TOKENS,
+           needs_distributions=True),
     Method(METHOD_COST_AWARE,
            "cost-aware: which requests draft (0 allowed), from measured step costs; "
            "each draft goes on token by token while its next token pays",
@@ -170,14 +181,17 @@ def methods_taking(key: str) -> list[str]:
 
 
 def markdown_table() -> str:
-    """The methods as a Markdown table (for the docs): name, lossless,
-    default cap, parameters with their defaults at that cap, description."""
-    rows = ["| method | lossless | default `num_speculative_tokens` | parameters "
-            "(defaults) | what it does |", "|---|---|---|---|---|"]
+    """The methods as a Markdown table (for the docs): name, lossless, the
+    drafters it can drive, default cap, parameters with their defaults at
+    that cap (with the default drafter), description."""
+    rows = ["| method | lossless | drafters | default `num_speculative_tokens` | "
+            "parameters (defaults) | what it does |", "|---|---|---|---|---|---|"]
     for method in METHODS.values():
         cap = method.num_speculative_tokens
         values = method.resolve({}, cap)
         parameters = ", ".join(f"`{key}={values[key]!r}`" for key in method.parameters)
+        drafters = ", ".join(f"`{d.name}`" for d in DRAFTERS.values()
+                             if d.offers_distributions or not method.needs_distributions)
         rows.append(f"| `{method.name}` | {'yes' if method.lossless else 'no (lossy)'} | "
-                    f"{cap} | {parameters} | {method.description} |")
+                    f"{drafters} | {cap} | {parameters} | {method.description} |")
     return "\n".join(rows) + "\n"

@@ -7,15 +7,17 @@ A user writes, in ``LLM(speculative_config=...)`` or
      "gamma_init": 4, "gamma_min": 1, "eta": 0.5, "delta": 2}
 
 ``split_speculative_config`` takes such a dict apart: the plugin's own keys
-become a ``MethodSettings`` (the method, the cap and that method's own
-parameters, validated), which travels to every worker as a plain dict inside
-``VllmConfig.additional_config[ADDITIONAL_CONFIG_KEY]``; the rest becomes the
-dict of vLLM's built-in ``draft_model`` method, whose draft-model machinery
-(paged KV cache, scheduler, rejection sampler) the plugin drives.
+become a ``MethodSettings`` (the method, the cap, the drafter and that
+method's own parameters, validated), which travels to every worker as a
+plain dict inside ``VllmConfig.additional_config[ADDITIONAL_CONFIG_KEY]``;
+the rest becomes the dict of vLLM's built-in method underneath
+(``draft_model``, or ``ngram`` with ``"drafter": "ngram"``), whose machinery
+(the scheduler, the rejection sampler and, for a draft model, its paged KV
+cache) the plugin drives.
 
 Which methods exist and what each takes is the registry's
 (``methods.registry``); each parameter's default and validation are in
-``methods.parameters``.
+``methods.parameters``; the drafters are in ``methods.drafters``.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from vllm_gammatune.methods.drafters import DRAFTER_DRAFT_MODEL, DRAFTERS, drafter_of
 from vllm_gammatune.methods.parameters import GammaTuneConfigError, require_int
 from vllm_gammatune.methods.registry import (
     ALL_PLUGIN_KEYS,
@@ -55,17 +58,20 @@ _REFUSED_VLLM_KEYS = {
 @dataclass(frozen=True)
 class MethodSettings:
     """One engine's validated settings: its method, the cap on every draft,
-    and the values of that method's own parameters (``Method.parameters``,
-    no other method's)."""
+    the values of that method's own parameters (``Method.parameters``, no
+    other method's) and the drafter it drives (``methods.drafters``)."""
 
     method: str
     num_speculative_tokens: int
     #: parameter name -> validated value (read-only)
     parameters: Mapping[str, Any]
+    drafter: str = DRAFTER_DRAFT_MODEL
 
     def __post_init__(self):
         parameters = MappingProxyType(dict(self.parameters))
         object.__setattr__(self, "parameters", parameters)
+        if self.drafter not in DRAFTERS:
+            raise ValueError(f"unknown drafter {self.drafter!r}")
         if self.method in METHODS and set(parameters) != set(METHODS[self.method].parameters):
             raise ValueError(
                 f"settings of method {self.method!r} hold {sorted(parameters)}; the "
@@ -77,15 +83,15 @@ class MethodSettings:
 
     def to_dict(self) -> dict[str, Any]:
         """A plain dict (``additional_config`` carries it): ``method``,
-        ``num_speculative_tokens`` and each parameter by name."""
+        ``num_speculative_tokens``, ``drafter`` and each parameter by name."""
         return {"method": self.method, "num_speculative_tokens": self.num_speculative_tokens,
-                **copy.deepcopy(dict(self.parameters))}
+                "drafter": self.drafter, **copy.deepcopy(dict(self.parameters))}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> MethodSettings:
         parameters = dict(data)
         return cls(parameters.pop("method"), parameters.pop("num_speculative_tokens"),
-                   parameters)
+                   parameters, parameters.pop("drafter", DRAFTER_DRAFT_MODEL))
 
     def make_policy(self) -> DraftLengthPolicy:
         """A new draft-length policy of this method with these values."""
@@ -98,7 +104,8 @@ class MethodSettings:
 def split_speculative_config(
     speculative_config: dict[str, Any], vllm_keys: frozenset[str] | set[str]
 ) -> tuple[MethodSettings, dict[str, Any]]:
-    """Validate a plugin method's config; return (settings, draft_model config).
+    """Validate a plugin method's config; return (settings, the config of
+    vLLM's method underneath: ``draft_model`` or ``ngram``).
 
     Args:
         speculative_config: the user's dict (not modified).
@@ -114,7 +121,7 @@ def split_speculative_config(
     allowed_plugin_keys = METHODS[method].parameters
 
     for key, value in config.items():
-        if key in allowed_plugin_keys or key == "method":
+        if key in allowed_plugin_keys or key in ("method", "drafter"):
             continue
         if key in ALL_PLUGIN_KEYS:
             users = methods_taking(key)
@@ -141,11 +148,7 @@ def split_speculative_config(
                 f"({', '.join(sorted(k for k in vllm_keys if not k.startswith('_')))})"
             )
 
-    if not config.get("model"):
-        raise GammaTuneConfigError(
-            f"speculative_config['model'] is missing: method {method!r} needs a "
-            "draft model that shares the target's vocabulary (a path or name)"
-        )
+    drafter = drafter_of(config, method, METHODS[method].needs_distributions)
 
     cap = require_int(
         "num_speculative_tokens",
@@ -153,13 +156,15 @@ def split_speculative_config(
         ">= 1 (the cap on every draft, gamma_max)",
         low=1,
     )
-    settings = MethodSettings(method, cap, METHODS[method].resolve(config, cap))
-    draft_model_config = {
-        k: v for k, v in config.items() if k not in ALL_PLUGIN_KEYS
+    settings = MethodSettings(method, cap,
+                              METHODS[method].resolve(config, cap, drafter.name),
+                              drafter.name)
+    vllm_config = {
+        k: v for k, v in config.items() if k not in ALL_PLUGIN_KEYS and k != "drafter"
     }
-    draft_model_config["method"] = "draft_model"
-    draft_model_config["num_speculative_tokens"] = cap
-    return settings, draft_model_config
+    vllm_config["method"] = drafter.vllm_method
+    vllm_config["num_speculative_tokens"] = cap
+    return settings, vllm_config
 
 
 def plugin_section(additional_config: dict[str, Any] | None) -> dict[str, Any]:

@@ -68,6 +68,10 @@ class BatchView:
     #: per request, tokens it may still generate (``max_tokens`` minus those
     #: generated); () = unknown
     remaining_tokens: tuple[int, ...] = ()
+    #: per request, the most draft tokens its drafter can offer this step (an
+    #: n-gram drafter: the length of the text that follows its match, 0
+    #: without a match); () = the cap for every request
+    draft_limits: tuple[int, ...] = ()
 
 
 class DraftLengthPolicy(ABC):
@@ -230,13 +234,17 @@ class DraftLengthPolicy(ABC):
         """The wall time since the last plan (reported just before the next)."""
 
     # -- how the drafter drafts ---------------------------------------------------
-    def adapt_to_drafter(self, runs_every_planned_pass: bool, observation_lag: int) -> None:
+    def adapt_to_drafter(self, runs_every_planned_pass: bool, observation_lag: int,
+                         keeps_draft_kv: bool = True) -> None:
         """Called once by a drafter that differs from the default one (the
-        CUDA hot path, ``docs/cuda.md``): it runs every planned draft pass
-        (no early exit: a per-token stop only trims what is kept), and it
-        hands over each verification ``observation_lag`` plans late (1: the
-        verification of a draft arrives after the next plan). Default: a
-        policy whose per-draft state does not outlive a plan needs nothing."""
+        CUDA hot path, ``docs/cuda.md``; the n-gram drafter): it runs every
+        planned draft pass (no early exit: a per-token stop only trims what
+        is kept), it hands over each verification ``observation_lag`` plans
+        late (1: the verification of a draft arrives after the next plan),
+        and it keeps a draft KV cache that a skipped step leaves behind
+        (``keeps_draft_kv``; an n-gram lookup has none, so nothing is ever
+        caught up). Default: a policy whose per-draft state does not outlive
+        a plan needs nothing."""
 
     # -- explaining a step -----------------------------------------------------------
     @property

@@ -121,7 +121,7 @@ METRICS: tuple[Metric, ...] = (
            "plugin_micros", "plugin_time_us"),
     Metric("vllm:gammatune_skipped_draft_steps", "counter",
            "Engine steps where no request drafted and the draft model did not run "
-           "(gammatune_cost).",
+           "(gammatune_cost; with the n-gram drafter, steps without a verified draft).",
            "num_skipped_draft_steps", "skipped_draft_steps"),
     Metric("vllm:gammatune_catch_up_tokens", "counter",
            "Positions the draft model processed to catch up after skipped steps.",

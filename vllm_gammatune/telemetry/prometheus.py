@@ -15,8 +15,10 @@ from vllm_gammatune.telemetry.metrics import METRICS, StepCounters
 #: the labels of every metric, as vLLM's own (``engine`` is vLLM's engine index)
 ENGINE_LABELS = ("model_name", "engine")
 #: ``vllm:gammatune_info``'s further labels, given the engine's method: the
-#: plugin's runner and drafter class
-INFO_LABELS = {"runner": "v1", "drafter": "AdaptiveDraftModelProposer"}
+#: plugin's runner and its drafter class, by drafter (``methods.drafters``)
+INFO_LABELS = {"runner": "v1"}
+DRAFTER_CLASSES = {"draft_model": "AdaptiveDraftModelProposer",
+                   "ngram": "AdaptiveNgramProposer"}
 
 
 def _histogram_buckets(counts: list[int]) -> list[tuple[str, int]]:
@@ -33,13 +35,14 @@ class _PrometheusCollector:
     """Reads every live engine's counters at scrape time (front end only)."""
 
     def __init__(self):
-        #: engine -> (counters, model_name, method)
-        self._engines: dict[str, tuple[StepCounters, str, str]] = {}
+        #: engine -> (counters, model_name, method, drafter)
+        self._engines: dict[str, tuple[StepCounters, str, str, str]] = {}
         self._lock = threading.Lock()
 
-    def add(self, engine: str, counters: StepCounters, model_name: str, method: str) -> None:
+    def add(self, engine: str, counters: StepCounters, model_name: str, method: str,
+            drafter: str) -> None:
         with self._lock:
-            self._engines[engine] = (counters, model_name, method)
+            self._engines[engine] = (counters, model_name, method, drafter)
 
     def clear(self) -> None:
         with self._lock:
@@ -59,12 +62,13 @@ class _PrometheusCollector:
             for metric in METRICS}
         with self._lock:
             engines = list(self._engines.items())
-        for engine, (counters, model_name, method) in engines:
+        for engine, (counters, model_name, method, drafter) in engines:
             try:
                 values = counters.snapshot()
             except ValueError:  # closed
                 continue
-            extra_labels = {"method": method, **INFO_LABELS}
+            extra_labels = {"method": method, "drafter": DRAFTER_CLASSES[drafter],
+                            **INFO_LABELS}
             for metric in METRICS:
                 labels = [model_name, engine, *(extra_labels[name] for name in metric.labels)]
                 family = families[metric.name]
@@ -81,7 +85,8 @@ class _PrometheusCollector:
 _collector: _PrometheusCollector | None = None
 
 
-def register_engine_counters(counters: StepCounters, model_name: str, method: str) -> None:
+def register_engine_counters(counters: StepCounters, model_name: str, method: str,
+                             drafter: str = "draft_model") -> None:
     """Expose an engine's counters on this process's Prometheus registry.
 
     Like vLLM, which unregisters the previous engine's metrics when a new
@@ -95,7 +100,7 @@ def register_engine_counters(counters: StepCounters, model_name: str, method: st
         _collector = _PrometheusCollector()
         REGISTRY.register(_collector)
     forget_engine_counters()
-    _collector.add("0", counters, model_name, method)
+    _collector.add("0", counters, model_name, method, drafter)
 
 
 def forget_engine_counters() -> None:

@@ -101,8 +101,9 @@ def predicted_step(costs: StepCosts, rates: Sequence[float], plan: Sequence[int]
 
 
 def best_plan(costs: StepCosts, rates: Sequence[float], catch_up_tokens: Sequence[int] = (),
-              remaining_tokens: Sequence[int] = (), *, max_num_draft_tokens: int,
-              drafting_scale: float, min_draft_gain: float) -> list[int]:
+              remaining_tokens: Sequence[int] = (), draft_limits: Sequence[int] = (), *,
+              max_num_draft_tokens: int, drafting_scale: float,
+              min_draft_gain: float) -> list[int]:
     """The lengths maximising expected tokens per second, 0 for every request
     unless the best plan beats not drafting by ``min_draft_gain``.
 
@@ -111,6 +112,8 @@ def best_plan(costs: StepCosts, rates: Sequence[float], catch_up_tokens: Sequenc
         catch_up_tokens: [num_reqs] missed positions, () for none.
         remaining_tokens: [num_reqs] tokens each may still generate, () if
             unknown (a catch-up is then charged whole).
+        draft_limits: [num_reqs] the most draft tokens each request's
+            drafter can offer (``BatchView.draft_limits``), () for the cap.
         drafting_scale: the factor on a drafted plan's tokens per second
             (``CycleCheck.drafting_scale``).
     """
@@ -120,7 +123,8 @@ def best_plan(costs: StepCosts, rates: Sequence[float], catch_up_tokens: Sequenc
     if any(catch_up):
         # A catch-up only adds cost: where no request drafts without one,
         # none drafts with it.
-        free = best_plan(costs, rates, max_num_draft_tokens=max_num_draft_tokens,
+        free = best_plan(costs, rates, draft_limits=draft_limits,
+                         max_num_draft_tokens=max_num_draft_tokens,
                          drafting_scale=drafting_scale, min_draft_gain=min_draft_gain)
         if max(free, default=0) == 0:
             return free
@@ -144,12 +148,14 @@ def best_plan(costs: StepCosts, rates: Sequence[float], catch_up_tokens: Sequenc
     per_token = costs.per_token * inflate
     c_base = costs.catch_up_base * catch_up_base_share * inflate
     c_slope = costs.catch_up_per_token * inflate
-    for cap in range(1, max_num_draft_tokens + 1):
+    limits = list(draft_limits) or [max_num_draft_tokens] * num_reqs
+    for cap in range(1, min(max_num_draft_tokens, max(limits, default=0)) + 1):
         fixed = (target_now + costs.first_pass + (cap - 1) * costs.later_pass) * inflate
         ratio = best_ratio
         plan = best
         for _ in range(_DINKELBACH_ITERATIONS):
-            lengths, value, cost = _lengths_at(ratio, rates, catch_up, cap, per_token, c_slope)
+            lengths, value, cost = _lengths_at(ratio, rates, catch_up, cap, limits,
+                                               per_token, c_slope)
             catching_up = any(k and m for k, m in zip(lengths, catch_up))
             cost += fixed + (c_base if catching_up else 0.0)
             new_ratio = (num_reqs + value) / cost
@@ -163,12 +169,14 @@ def best_plan(costs: StepCosts, rates: Sequence[float], catch_up_tokens: Sequenc
     return best
 
 
-def _lengths_at(ratio, rates, catch_up, cap, per_token, catch_up_per_token):
-    """Per request, the length maximising gain - ratio * cost (Dinkelbach)."""
+def _lengths_at(ratio, rates, catch_up, step_cap, limits, per_token, catch_up_per_token):
+    """Per request, the length maximising gain - ratio * cost (Dinkelbach),
+    at most the step's cap and the request's own limit."""
     lengths, value, cost = [], 0.0, 0.0
     threshold = ratio * per_token  # a^j must exceed this
-    for rate, missed in zip(rates, catch_up):
-        if threshold >= rate:
+    for rate, missed, limit in zip(rates, catch_up, limits):
+        cap = min(step_cap, limit)
+        if cap <= 0 or threshold >= rate:
             k = 0
         elif threshold <= 0.0:
             k = cap

@@ -137,13 +137,18 @@ class CostAwarePolicy(DraftLengthPolicy):
         #: the rule stops every draft (off where it runs every planned pass)
         self._ruled_drafts_run_to_cap = True
 
-    def adapt_to_drafter(self, runs_every_planned_pass: bool, observation_lag: int) -> None:
+    def adapt_to_drafter(self, runs_every_planned_pass: bool, observation_lag: int,
+                         keeps_draft_kv: bool = True) -> None:
         """A drafter without early exit pays for every planned pass, so a
         ruled draft is planned at the step plan's length, and the per-token
         stop only trims it; verifications that arrive one plan late are
-        matched with the draft they verify (``TokenStop.verified_draft``)."""
+        matched with the draft they verify (``TokenStop.verified_draft``); a
+        drafter without a draft KV cache has no catch-up to price
+        (``CostFits.without_catch_ups``)."""
         self._ruled_drafts_run_to_cap = not runs_every_planned_pass
         self.token_stop.verification_lag = observation_lag
+        if not keeps_draft_kv:
+            self.costs.without_catch_ups()
 
     # -- the parts' settings that tools and tests read -------------------------
     @property
@@ -276,7 +281,7 @@ class CostAwarePolicy(DraftLengthPolicy):
             self.probes.any_due(states, plan)
             and max(self._best_plan(costs, [MAX_RATE] * num_reqs, batch, 1.0)) > 0))
         probed = self.probes.add_probes(states, plan, may_probe, costs, rates,
-                                        batch.catch_up_tokens)
+                                        batch.catch_up_tokens, batch.draft_limits)
         self.probes.advance(states, plan, probed.probes)
         # 6. this plan's cycle, to be measured
         if self.cycle_check is not None:
@@ -285,6 +290,8 @@ class CostAwarePolicy(DraftLengthPolicy):
         # 7. the per-token stop
         lengths = self._ruled_lengths(states, batch, rates, costs, scale, plan,
                                       probed.lengths)
+        if batch.draft_limits:  # a ruled draft's cap included
+            lengths = [min(k, limit) for k, limit in zip(lengths, batch.draft_limits)]
         # 8. the record
         kind = ("draft" if max(plan, default=0) > 0 else "probe" if any(probed.probes)
                 else "skip")
@@ -296,7 +303,7 @@ class CostAwarePolicy(DraftLengthPolicy):
     def _best_plan(self, costs: StepCosts, rates: list[float], batch: BatchView,
                    drafting_scale: float) -> list[int]:
         return best_plan(costs, rates, batch.catch_up_tokens, batch.remaining_tokens,
-                         max_num_draft_tokens=self.max_num_draft_tokens,
+                         batch.draft_limits, max_num_draft_tokens=self.max_num_draft_tokens,
                          drafting_scale=drafting_scale, min_draft_gain=self.min_draft_gain)
 
     def _prompt_step_plan(self, rates: list[float], batch: BatchView,

@@ -103,10 +103,14 @@ class ProbeScheduler:
 
     def add_probes(self, states: list[CostAwareState], plan: list[int], may_probe: bool,
                    costs: StepCosts, rates: Sequence[float],
-                   catch_up_tokens: Sequence[int]) -> ProbedPlan:
-        """The plan with its probes (none unless ``may_probe``), priced at
-        ``costs``; charges the budget."""
+                   catch_up_tokens: Sequence[int],
+                   draft_limits: Sequence[int] = ()) -> ProbedPlan:
+        """The plan with its probes (none unless ``may_probe``; none for a
+        request whose drafter has nothing to offer, ``draft_limits`` 0),
+        priced at ``costs``; charges the budget."""
         probes = self._probe_mask(states, plan, may_probe)
+        if draft_limits:
+            probes = [probe and limit > 0 for probe, limit in zip(probes, draft_limits)]
         probed = [1 if probe else k for probe, k in zip(probes, plan)]
         tokens, seconds = predicted_step(costs, rates, probed, catch_up_tokens)
         lost = 0.0

@@ -50,6 +50,11 @@ class CostFits:
         self.catch_up = (BatchLocalLinearCost(locality=0.0, drop_outliers=False)
                          if draft_cost is None else draft_cost)
 
+    def without_catch_ups(self) -> None:
+        """The drafter keeps no draft KV cache (an n-gram lookup): nothing
+        is ever caught up, and a catch-up costs nothing."""
+        self.catch_up = FixedLinearCost(0.0, 0.0)
+
     @property
     def ready(self) -> bool:
         """Both the target and the draft fit have their samples."""
