@@ -151,9 +151,13 @@ def test_unprofitable_drafting_skips_draft_model_and_probes(tiny, reference):  #
 
 
 def test_probe_budget_holds_back_probes_that_cannot_pay(tiny, reference):  # noqa: F811
-    """The same costs and interval as above with the default budget (1%): a
-    probe step here loses about one target step, more than 1% of the ~45
-    steps this run takes, so no probe runs and the draft model never does."""
+    """The same costs and interval as above with the default budget (1% of a
+    window of 200 steps, counted as full from the start: 0.2 s at these
+    0.1 s steps). A probe step here loses about half a target step, so a
+    young engine spends that allowance on a few probe steps and then probes
+    about once in 50 steps: over the ~45 steps of this run, at most 4 steps
+    draft (one pass each; without the budget, above, every request probes
+    every few steps); no step without a probe fetches drafts."""
     spec = {"method": "gammatune_cost", "model": tiny["draft"], "num_speculative_tokens": 6,
             "probe_interval": 3, "fixed_step_costs": RARELY_PAYS}
     with running_llm(tiny["target"], spec) as llm:
@@ -162,9 +166,9 @@ def test_probe_budget_holds_back_probes_that_cannot_pay(tiny, reference):  # noq
         metrics = metrics_by_name(llm)
     assert got == reference
     assert counter(metrics, "vllm:gammatune_skipped_draft_steps") > 0
-    assert fetched == [], "drafts fetched after a step that skipped the draft model"
-    assert counter(metrics, "vllm:spec_decode_num_drafts") == 0
-    assert counter(metrics, "vllm:gammatune_draft_forward_passes") == 0
+    passes = counter(metrics, "vllm:gammatune_draft_forward_passes")
+    assert passes <= 4, f"{passes} probe passes: the budget did not hold them back"
+    assert len(fetched) == passes, "drafts fetched after a step that skipped the draft model"
 
 
 def test_catch_up_restores_exact_draft_kv(tiny):
@@ -192,7 +196,7 @@ def test_prefix_cached_blocks_the_draft_skipped_are_caught_up(tiny):
     prompt = "hello world " * 80  # three KV blocks of 128 and a part
     spec = {"method": "gammatune_cost", "model": tiny["draft_identical"],
             "num_speculative_tokens": 6, "probe_interval": 2,
-            "fixed_step_costs": RARELY_PAYS}
+            "fixed_step_costs": RARELY_PAYS, "probe_budget": 1e-9}
 
     def run(max_tokens):
         llm.generate([prompt], SamplingParams(temperature=0, max_tokens=max_tokens,
@@ -204,7 +208,7 @@ def test_prefix_cached_blocks_the_draft_skipped_are_caught_up(tiny):
             "vllm:spec_decode_num_accepted_tokens", "vllm:gammatune_catch_up_tokens")] + [hits]
 
     with running_llm(tiny["target"], spec, enable_prefix_caching=True) as llm:
-        # the default probe budget holds back every probe: the draft never runs
+        # a budget of almost nothing holds back every probe: the draft never runs
         first = run(8)
         assert first[0] == 0
         drafter(llm).policy.probe_budget = 1.0  # now it probes
