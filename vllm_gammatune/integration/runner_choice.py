@@ -160,14 +160,10 @@ def confirm_plugin_drafter(runner: Any, vllm_config: Any) -> str | None:
     method = plugin_method_of(vllm_config)
     if method is None:
         return None
-    # imported only where that drafter is configured: the n-gram module loads
-    # numba, which a later in-process engine start on the CPU cannot survive
-    # (docs/methods.md#drafters)
+    from vllm_gammatune.integration.runner_init import plugin_drafter_class
+
     settings = plugin_section(vllm_config.additional_config).get("settings") or {}
-    if settings.get("drafter") == "ngram":
-        from vllm_gammatune.drafter.ngram_proposer import AdaptiveNgramProposer as expected
-    else:
-        from vllm_gammatune.drafter.proposer import AdaptiveDraftModelProposer as expected
+    expected = plugin_drafter_class(settings.get("drafter", "draft_model"))
     runner_name = f"{type(runner).__module__}.{type(runner).__qualname__}"
     drafter = getattr(runner, "drafter", None)
     if not isinstance(drafter, expected):

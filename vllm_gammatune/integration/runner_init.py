@@ -35,17 +35,24 @@ def _drafter_class(drafter: str, cls):
         setattr(module, name, original)
 
 
+def plugin_drafter_class(drafter: str) -> type:
+    """The plugin's drafter class for a drafter name (``methods.drafters``).
+    Imported only where that drafter is configured: the n-gram module loads
+    numba, which a later in-process engine start on the CPU cannot survive
+    (docs/methods.md#drafters)."""
+    if drafter == "ngram":
+        from vllm_gammatune.drafter.ngram_proposer import AdaptiveNgramProposer
+        return AdaptiveNgramProposer
+    from vllm_gammatune.drafter.proposer import AdaptiveDraftModelProposer
+    return AdaptiveDraftModelProposer
+
+
 def init_with_adaptive_drafter(original_init, runner, vllm_config, *args, **kwargs):
     """``GPUModelRunner.__init__`` that uses the plugin's drafter when asked."""
     settings = settings_from_additional_config(vllm_config.additional_config)
     if settings is None:
         return original_init(runner, vllm_config, *args, **kwargs)
-    if settings.drafter == "ngram":
-        from vllm_gammatune.drafter.ngram_proposer import AdaptiveNgramProposer as cls
-    else:
-        from vllm_gammatune.drafter.proposer import AdaptiveDraftModelProposer as cls
-
-    with _drafter_class(settings.drafter, cls):
+    with _drafter_class(settings.drafter, plugin_drafter_class(settings.drafter)):
         result = original_init(runner, vllm_config, *args, **kwargs)
     attach_runner = getattr(getattr(runner, "drafter", None), "attach_runner", None)
     if attach_runner is not None:  # the n-gram drafter is built without it
