@@ -239,11 +239,33 @@ def decisions_table(summary: dict) -> list[str]:
     return lines
 
 
-def design_lines(context: dict, trace: list[dict]) -> list[str]:
-    """Command, date, versions, machine, models, and the trace's phases."""
+def runs_lines(runs: list[dict]) -> list[str]:
+    """Where the rounds ran, when the runs that added them (``contexts.jsonl``:
+    a resumed run adds a row) differ in machine or source; [] otherwise."""
+    first = {}
+    for run in runs:
+        first.setdefault((run.get("platform"), run.get("git_commit")), run)
+    if len(first) <= 1:
+        return []
+    lines = ["- **Runs that added rounds:** " + "; ".join(
+        f"from {run.get('date')}, {run.get('cpu_model')} "
+        f"({', '.join(run.get('cpu_isa', []))}), {run.get('platform')}, source "
+        f"{run.get('git_commit')}" for run in first.values())]
+    if len({platform for platform, _ in first}) > 1:
+        lines.append(
+            "- **More than one machine:** each round ran whole on one machine, so a "
+            "ratio in a round compares choices on one machine; seconds per round, "
+            "pooled tok/s and the latency percentiles mix machines (compare them "
+            "between choices, not with other runs).")
+    return lines
+
+
+def design_lines(context: dict, trace: list[dict], runs: list[dict] = ()) -> list[str]:
+    """Command, date, versions, machine(s), models, and the trace's phases."""
     args = context.get("args", {})
     lines = [f"- **Command:** `{context.get('command', 'python -m benchmarks.traffic')}`",
              f"- **Date:** {context.get('date')}; source {context.get('git_commit')}",
+             *runs_lines(list(runs)),
              f"- **Versions:** vLLM {context.get('vllm')}, torch {context.get('torch')}, "
              f"vllm-gammatune {context.get('vllm_gammatune')}, Python {context.get('python')}",
              f"- **Machine:** {context.get('cpu_model')} ({', '.join(context.get('cpu_isa', []))}),"
@@ -267,11 +289,12 @@ def design_lines(context: dict, trace: list[dict]) -> list[str]:
 
 
 def traffic_report(summary: dict, context: dict, trace: list[dict],
-                   plot: str | None = None) -> str:
-    """The Markdown page of a traffic run."""
+                   plot: str | None = None, runs: list[dict] = ()) -> str:
+    """The Markdown page of a traffic run; ``runs``: every run that added
+    rounds (``contexts.jsonl``)."""
     rounds = summary["rounds"]
     lines = [f"# Served traffic: {', then '.join(summary['phases'])}", "",
-             *design_lines(context, trace), "",
+             *design_lines(context, trace, runs), "",
              f"{len(rounds)} complete round(s); in each, every choice's server is started "
              "afresh in turn (the first rotating by round), sent the whole trace, phase "
              "after phase, and stopped. Seconds: the client's durations summed over the "
@@ -345,5 +368,6 @@ def write_traffic_report(out: Path, choices: list[str], phase_names: list[str],
     plot = draw_plot(out, summary, rows)
     trace = json.loads((out / TRACE_FILE).read_text())
     path = out / REPORT_FILE
-    path.write_text(traffic_report(summary, read_context(out), trace, plot))
+    runs = read_jsonl(out / "contexts.jsonl") if (out / "contexts.jsonl").exists() else []
+    path.write_text(traffic_report(summary, read_context(out), trace, plot, runs))
     return path

@@ -162,6 +162,23 @@ def test_the_page_holds_the_design_every_scope_and_the_decisions():
     assert "- NOT met: TTFT p99" in page and "![" not in page
 
 
+def test_rounds_from_more_than_one_machine_are_said_to_be():
+    summary = report.summarize_traffic(rows_of_three_rounds(), CHOICES, PHASES, "no_spec",
+                                       "gammatune_cost@8")
+    one = {"date": "d1", "cpu_model": "AMD EPYC", "platform": "Linux-a", "git_commit": "c1"}
+    # a run resumed on the same machine and source: nothing to say
+    page = report.traffic_report(summary, context(), TRACE, runs=[one, {**one, "date": "d2"}])
+    assert "Runs that added rounds" not in page and "More than one machine" not in page
+    other = {**one, "date": "d3", "platform": "Linux-b", "git_commit": "c2"}
+    page = report.traffic_report(summary, context(), TRACE, runs=[one, other])
+    assert "from d1, AMD EPYC (), Linux-a, source c1; from d3" in page
+    assert "- **More than one machine:**" in page
+    # another source on the same machine is named, but it is one machine
+    page = report.traffic_report(summary, context(), TRACE,
+                                 runs=[one, {**one, "git_commit": "c2"}])
+    assert "Runs that added rounds" in page and "More than one machine" not in page
+
+
 def test_the_files_are_written_and_the_plot_is_skipped_without_matplotlib(tmp_path,
                                                                           monkeypatch):
     write_jsonl(tmp_path / report.ROWS_FILE, rows_of_three_rounds())
