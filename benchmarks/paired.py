@@ -41,6 +41,16 @@ its input queue. Each engine holds its weights and ``VLLM_CPU_KVCACHE_SPACE``
 GiB (default here 2) of KV cache. Rows go to ``paired.jsonl`` (resumable:
 complete rounds are kept, a round cut short runs again) and the summary to
 ``paired.md``.
+
+Per category: ``paired_categories.md`` (and ``.json``) gives the last
+method of ``paired.md``'s order against every other one over each
+category's own batches (every category at batch 1; at a larger size only a
+category no batch mixes with another), and over the groups of
+``--category-groups`` (``repeating=summarization+rag+code_editing``; the
+categories in no group form ``other``), with the same counts
+(``gammatune_tools.bench.paired_categories``). The categories are those of
+the prompt arguments recorded with the run (``context.json``), so
+``--summary-only`` rebuilds it as the run made it.
 """
 
 from __future__ import annotations
@@ -52,12 +62,13 @@ import sys
 import time
 from pathlib import Path
 
-from gammatune_tools.bench.context import run_context, write_context
+from gammatune_tools.bench.context import read_context, run_context, write_context
 from gammatune_tools.bench.counters import EngineCounts
 from gammatune_tools.bench.methods import (METHOD_NAMES, engine_k, method_name,
                                            speculative_config, started_with_environment)
 from gammatune_tools.bench.paired import (check_engines, complete_rounds, engine_order,
                                           write_summary)
+from gammatune_tools.bench.paired_categories import parse_groups, write_category_summary
 from gammatune_tools.bench.plots import plot_pool
 from gammatune_tools.bench.pooling import pool_directories, pool_report
 from gammatune_tools.bench.prompts import first_turns, load_prompts
@@ -79,6 +90,10 @@ def parse_args() -> argparse.Namespace:
                              "short prompt outside the set, untimed (0: off)")
     parser.add_argument("--baseline", help="the method the others are compared with "
                         "(default: the first of --methods, which also starts first)")
+    parser.add_argument("--category-groups", metavar="NAME=CAT+CAT,...",
+                        help="paired_categories.md: also these groups of categories, pooled "
+                             "(the categories in none of them: group 'other'); "
+                             "default: the run's")
     parser.add_argument("--summary-only", action="store_true")
     parser.add_argument("--pool", metavar="DIR,DIR",
                         help="pool the per-round ratios of these runs (e.g. both start "
@@ -107,6 +122,29 @@ def write_pooled(args: argparse.Namespace) -> None:
         print(out / "pooled.png")
 
 
+def write_summaries(out: Path, methods: list[str], num_prompts: int,
+                    args: argparse.Namespace) -> list[Path]:
+    """``paired.md`` and, where a category has batches of its own,
+    ``paired_categories.md``: the paths written.
+
+    The categories and groups are the run's (its ``context.json``), else
+    this command's, so that a ``--summary-only`` with other prompt
+    arguments cannot attribute batches to the wrong categories.
+    """
+    written = [write_summary(out, methods, num_prompts, args.baseline)]
+    run_args = {**vars(args), **read_context(out).get("args", {})}
+    try:
+        prompts = load_prompts(run_args["dataset"], run_args["per_category"],
+                               run_args["split"], run_args["limit"])
+        groups = parse_groups(args.category_groups or run_args.get("category_groups"))
+        categories = write_category_summary(out, methods, [c for c, _ in prompts],
+                                            args.baseline, groups)
+    except (ValueError, OSError) as error:  # the per-category view must not stop a run
+        print(f"paired_categories.md not written: {error}", file=sys.stderr)
+        return written
+    return written + ([categories] if categories else [])
+
+
 def main(engine_counts: type[EngineCounts] = EngineCounts) -> None:
     """``engine_counts``: what reads each engine's counts around a batch (its
     ``read()`` differences become the row's counts)."""
@@ -119,6 +157,7 @@ def main(engine_counts: type[EngineCounts] = EngineCounts) -> None:
     ks = parse_ks(args.k)
     try:
         check_engines(methods, ks, args.baseline, METHOD_NAMES)
+        groups = parse_groups(args.category_groups)
     except ValueError as error:
         sys.exit(str(error))
     if args.spec:
@@ -127,10 +166,14 @@ def main(engine_counts: type[EngineCounts] = EngineCounts) -> None:
     out.mkdir(parents=True, exist_ok=True)
     prompts = load_prompts(args.dataset, args.per_category, args.split, args.limit)
     conversations = first_turns(prompts)
+    missing = {c for members in groups.values() for c in members} - {c for c, _ in prompts}
+    if missing:  # a misspelt category would silently leave its group smaller
+        print(f"--category-groups: not among these prompts' categories: "
+              f"{', '.join(sorted(missing))}", file=sys.stderr)
     batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
     temperature = float(args.temperature)
     if args.summary_only:
-        print(write_summary(out, methods, len(conversations), args.baseline))
+        print(*write_summaries(out, methods, len(conversations), args), sep="\n")
         return
 
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "0-1")
@@ -187,11 +230,11 @@ def main(engine_counts: type[EngineCounts] = EngineCounts) -> None:
                             **{k: after[k] - before[k] for k in after}})
                 print(f"b={size} round {round_index + 1}/{args.rounds} done "
                       f"({time.strftime('%H:%M:%S')})", file=sys.stderr, flush=True)
-                write_summary(out, methods, len(conversations), args.baseline)
+                write_summaries(out, methods, len(conversations), args)
     finally:
         for llm in engines.values():
             stop_llm(llm)
-    print(write_summary(out, methods, len(conversations), args.baseline))
+    print(*write_summaries(out, methods, len(conversations), args), sep="\n")
 
 
 if __name__ == "__main__":

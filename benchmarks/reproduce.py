@@ -17,6 +17,7 @@ A config file::
 
     {"description": "...", "results": "benchmarks/results/FOLDER",
      "quick": {"per_category": 1, "limit": 4, "max_tokens": 32, ...},
+     "env": {"VLLM_CPU_KVCACHE_SPACE": "1"},
      "quick_env": {"VLLM_CPU_KVCACHE_SPACE": "1"},
      "steps": [{"harness": "run_bench", "subdir": "", "args": {"methods": "...", ...}},
                {"harness": "report"}]}
@@ -24,9 +25,11 @@ A config file::
 ``args`` keys are the harness's options with ``_`` for ``-``; ``true`` is a
 flag, a list repeats the option. ``quick`` overrides the same keys in every
 step that takes them, so the quick plan keeps the published run's design
-(methods, batch sizes, comparison) at a smaller size; ``quick_env`` sets
-environment variables the quick plan needs unless they are set already
-(a smaller KV cache, so a first look fits beside other work). Output goes to
+(methods, batch sizes, comparison) at a smaller size; ``env`` sets
+environment variables every run of the table needs (a smaller KV cache, so
+that every engine of a paired run fits in memory) and ``quick_env`` those the
+quick plan needs on top, each unless set already (a smaller KV cache, so a
+first look fits beside other work). Output goes to
 ``benchmarks/runs/NAME`` (``NAME-quick`` with ``--quick``), never into the
 published folder ``results`` names: the harness resumes, so an existing
 folder's cells would be skipped rather than measured again. The harness
@@ -75,7 +78,7 @@ LISTS_CELLS = ("gpu_suite",)
 SIZE_KEYS = ("per_category", "limit", "max_tokens")
 
 #: the keys a config may carry
-CONFIG_KEYS = {"description", "results", "steps", "quick", "quick_env"}
+CONFIG_KEYS = {"description", "results", "steps", "quick", "env", "quick_env"}
 
 #: the keys a step may carry
 STEP_KEYS = {"harness", "subdir", "args", "stdout"}
@@ -121,7 +124,7 @@ def check_config(config: dict, where: str) -> None:
                               f"allowed: {sorted(STEP_KEYS)}")
         if harness in ENGINE_HARNESS and "methods" not in step.get("args", {}):
             raise ConfigError(f"{where}: steps[{i}] ({harness}) needs args.methods")
-    for key in ("quick", "quick_env"):
+    for key in ("quick", "env", "quick_env"):
         if not isinstance(config.get(key, {}), dict):
             raise ConfigError(f"{where}: {key!r} must be an object")
 
@@ -183,7 +186,7 @@ def plan(name: str, quick: bool = False, out: Path | None = None,
                          if value})
         argv += to_argv(args)
         stdout = folder / step["stdout"] if step.get("stdout") else None
-        env = dict(config.get("quick_env", {})) if quick else {}
+        env = {**config.get("env", {}), **(config.get("quick_env", {}) if quick else {})}
         commands.append({"argv": argv, "stdout": stdout, "env": env})
     return commands
 

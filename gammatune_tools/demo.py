@@ -39,7 +39,7 @@ QUICK_DEMO = DemoPlan(methods=("no_spec", "vllm_draft_model", "gammatune", "gamm
                       batch_sizes=(1,), max_tokens=48, num_prompts=4)
 #: ``--full``: every method, alone and as one batch, longer answers
 FULL_DEMO = DemoPlan(methods=("no_spec", "vllm_draft_model", "gammatune", "gammatune_plus",
-                              "gammatune_cost"),
+                              "gammatune_cost", "gammatune_cost_ngram_model"),
                      batch_sizes=(1, 4), max_tokens=96, num_prompts=4)
 
 #: Seconds to start an engine on the real pair, 2-core CPU (bf16, eager):

@@ -11,8 +11,9 @@ sampled batch, with ``VLLM_GAMMATUNE_TRACE`` on. The record is the outputs'
 token ids, the trace (every verification: draft length, accepted count, the
 draft's token probabilities, the policy's predictions; every plan of
 ``gammatune_cost``) and the plugin's counters. Fields that hold wall-clock
-times are dropped. ``compare`` reports the first difference of each
-configuration; identical records print ``identical``.
+times are dropped; a metric only one record has (one added in between) is a
+difference only if it is not zero. ``compare`` reports the first difference
+of each configuration; identical records print ``identical``.
 
 Not a test: float32 results of two CPUs may round differently, so records are
 compared on one machine, before and after a change.
@@ -130,6 +131,16 @@ def record(out_dir: str) -> None:
         print(name, "recorded", flush=True)
 
 
+def _metrics_problem(metrics_a: dict, metrics_b: dict) -> str | None:
+    """How two records' metrics differ, or None: a metric only one record
+    has (a metric added between them) counts only if it is not zero."""
+    changed = sorted(k for k in metrics_a.keys() & metrics_b.keys()
+                     if metrics_a[k] != metrics_b[k])
+    added = sorted(k for k in metrics_a.keys() ^ metrics_b.keys()
+                   if {**metrics_a, **metrics_b}[k])
+    return f"metrics differ: {', '.join(changed + added)}" if changed or added else None
+
+
 def compare(dir_a: str, dir_b: str) -> int:
     differing = 0
     for name in CONFIGS:
@@ -140,10 +151,12 @@ def compare(dir_a: str, dir_b: str) -> int:
             parts[d] = (outputs, _normalised_trace(os.path.join(d, f"{name}.trace.jsonl")))
         (out_a, trace_a), (out_b, trace_b) = parts[dir_a], parts[dir_b]
         problem = None
-        for key in ("greedy", "sampled", "metrics"):
+        for key in ("greedy", "sampled"):
             if out_a[key] != out_b[key]:
                 problem = f"{key} differ"
                 break
+        if problem is None:
+            problem = _metrics_problem(out_a["metrics"], out_b["metrics"])
         if problem is None and len(trace_a) != len(trace_b):
             problem = f"trace lengths {len(trace_a)} vs {len(trace_b)}"
         if problem is None:

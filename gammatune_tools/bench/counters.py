@@ -77,17 +77,13 @@ class EngineCounts:
             plugin["metrics_path"], plugin["settings"]["num_speculative_tokens"])
 
     def read(self) -> dict[str, float]:
-        values = dict(self.spec)
-        snap = self.plugin.snapshot() if self.plugin is not None else {}
-        for key, field in (("draft_forward_passes", "num_draft_forward_passes"),
-                           ("skipped_draft_steps", "num_skipped_draft_steps"),
-                           ("catch_up_tokens", "num_catch_up_tokens"),
-                           ("plugin_steps", "num_steps"),
-                           ("planned_draft_tokens", "num_planned_draft_tokens"),
-                           ("stopped_draft_tokens", "num_stopped_draft_tokens"),
-                           ("plugin_time_us", "plugin_micros")):
-            values[key] = snap.get(field, 0)
-        return values
+        """vLLM's spec-decoding counts and every plugin counter by its count
+        name (``Metric.count``: all of ``METRICS``, so a new counter reaches
+        the rows without a change here); 0 without the plugin."""
+        from vllm_gammatune.telemetry.metrics import plugin_counts
+
+        plugin = self.plugin.counts() if self.plugin is not None else plugin_counts(())
+        return {**self.spec, **plugin}
 
 
 #: /metrics names -> result keys (counters are summed over label sets)
@@ -107,6 +103,8 @@ SCRAPED = {
     "vllm:gammatune_skipped_draft_steps_total": "gammatune_skipped_draft_steps",
     "vllm:gammatune_catch_up_tokens_total": "gammatune_catch_up_tokens",
     "vllm:gammatune_steps_total": "gammatune_steps",
+    "vllm:gammatune_ngram_draft_tokens_total": "gammatune_ngram_draft_tokens",
+    "vllm:gammatune_ngram_accepted_tokens_total": "gammatune_ngram_accepted_tokens",
 }
 
 

@@ -28,6 +28,7 @@ from types import MappingProxyType
 from typing import Any
 
 from vllm_gammatune.methods import METHODS as REGISTRY
+from vllm_gammatune.methods.drafters import DRAFTER_DRAFT_MODEL, DRAFTERS
 
 NO_SPECULATION = "no_spec"
 #: vLLM's own drafter at a fixed K (K draft forwards in every engine step)
@@ -62,6 +63,9 @@ VARIANTS: Mapping[str, tuple[str, Mapping[str, Any]]] = MappingProxyType({
     # the n-gram drafter (methods.drafters), driven by the plugin's methods
     "gammatune_ngram": ("gammatune", {"drafter": "ngram", **NGRAM_KEYS}),
     "gammatune_cost_ngram": ("gammatune_cost", {"drafter": "ngram", **NGRAM_KEYS}),
+    # the lookup ahead of the draft model
+    "gammatune_cost_ngram_model": ("gammatune_cost",
+                                   {"drafter": "ngram+draft_model", **NGRAM_KEYS}),
 })
 
 #: every name the harness runs: no speculation, vLLM's drafter, the registry's
@@ -123,7 +127,8 @@ def drafts(name: str) -> bool:
     """Whether the method's engine holds a draft model."""
     if name in (NO_SPECULATION, VLLM_NGRAM):
         return False
-    return VARIANTS.get(name, (name, {}))[1].get("drafter", "draft_model") == "draft_model"
+    drafter = VARIANTS.get(name, (name, {}))[1].get("drafter", DRAFTER_DRAFT_MODEL)
+    return DRAFTERS[drafter].takes_model
 
 
 def check_method_names(methods: Iterable[str], allowed: Iterable[str] = METHOD_NAMES,

@@ -50,6 +50,21 @@ def load_prompts(dataset: str, per_category: int | None = None, split: str = "al
     return prompts[:limit] if limit else prompts
 
 
+def parse_category_sets(text: str, option: str, name: str) -> dict[str, list[str]]:
+    """``NAME=CATEGORY[+CATEGORY...]``, comma separated -> {name: [categories]};
+    ``option`` and ``name`` (e.g. "--kinds", "KIND") word the errors."""
+    sets: dict[str, list[str]] = {}
+    for entry in (part.strip() for part in text.split(",")):
+        key, sep, categories = entry.partition("=")
+        names = [c.strip() for c in categories.split("+") if c.strip()]
+        if not sep or not key.strip() or not names:
+            raise ValueError(f"{option}: {entry!r} is not {name}=CATEGORY[+CATEGORY...]")
+        if key.strip() in sets:
+            raise ValueError(f"{option}: {name.lower()} {key.strip()!r} given twice")
+        sets[key.strip()] = names
+    return sets
+
+
 def first_turns(prompts: list[tuple[str, list[str]]]) -> list[list[dict]]:
     """Each prompt's first turn as a chat conversation (the chat template applies)."""
     return [[{"role": "user", "content": turns[0]}] for _, turns in prompts]

@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from gammatune_tools.bench.counters import derived, metrics_delta, parse_metrics
-from gammatune_tools.bench.prompts import load_prompts, sharegpt_rows
+from gammatune_tools.bench.prompts import load_prompts, parse_category_sets, sharegpt_rows
 from gammatune_tools.bench.serving import CLIENT_FIELDS, client_command, http_get
 from gammatune_tools.bench.traffic_decisions import trace_decisions
 
@@ -86,16 +86,7 @@ def parse_phases(text: str) -> list[Phase]:
 def parse_kinds(text: str) -> dict[str, list[str]]:
     """``--kinds``: ``KIND=CATEGORY[+CATEGORY...]``, comma separated, e.g.
     ``code=coding,long=summarization+rag`` -> {kind: [categories]}."""
-    kinds: dict[str, list[str]] = {}
-    for entry in (part.strip() for part in text.split(",")):
-        kind, sep, categories = entry.partition("=")
-        names = [c.strip() for c in categories.split("+") if c.strip()]
-        if not sep or not kind.strip() or not names:
-            raise ValueError(f"--kinds: {entry!r} is not KIND=CATEGORY[+CATEGORY...]")
-        if kind.strip() in kinds:
-            raise ValueError(f"--kinds: kind {kind.strip()!r} given twice")
-        kinds[kind.strip()] = names
-    return kinds
+    return parse_category_sets(text, "--kinds", "KIND")
 
 
 @dataclass(frozen=True)

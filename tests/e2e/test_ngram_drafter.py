@@ -58,21 +58,28 @@ def reference(tiny):
     return [list(o.outputs[0].token_ids) for o in outs]
 
 
-@pytest.mark.parametrize("name", list(METHODS))
-def test_greedy_output_equals_target_alone(tiny, reference, name):
+def greedy_metrics(target: str, spec: dict, reference, drafter: str) -> dict:
+    """The engine's metrics after greedy generation whose text must equal
+    the target alone (``reference``), from a worker that confirmed the
+    plugin's ``drafter`` class before its weights loaded."""
     from vllm import SamplingParams
 
-    method = name.removesuffix("_measured")
-    spec = {"method": method, "num_speculative_tokens": 6, **NGRAM, **METHODS[name]}
-    with running_llm(tiny["target"], spec) as llm:
+    with running_llm(target, spec) as llm:
         outs = llm.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=MAX_TOKENS))
         metrics = metrics_by_name(llm)
-    # the worker confirmed the plugin's n-gram drafter before its weights loaded
     info = metrics["vllm:gammatune_info"]
-    assert info.value == 1 and info.labels["drafter"] == "AdaptiveNgramProposer"
+    assert info.value == 1 and info.labels["drafter"] == drafter
     got = [list(o.outputs[0].token_ids) for o in outs]
     for i, (want, have) in enumerate(zip(reference, got)):
         assert have == want, f"prompt {i} differs from the target alone"
+    return metrics
+
+
+@pytest.mark.parametrize("name", list(METHODS))
+def test_greedy_output_equals_target_alone(tiny, reference, name):
+    method = name.removesuffix("_measured")
+    spec = {"method": method, "num_speculative_tokens": 6, **NGRAM, **METHODS[name]}
+    metrics = greedy_metrics(tiny["target"], spec, reference, "AdaptiveNgramProposer")
     drafts, draft_tokens, accepted = check_spec_counters(metrics)
     if name != "gammatune_cost_measured":  # measured costs may find no draft pays
         assert accepted > 0, "repeating text should give accepted n-gram drafts"
@@ -106,14 +113,21 @@ def sample(target, speculative_config=None):
     return [tuple(o.outputs[0].token_ids) for o in outs], metrics
 
 
-def test_sampled_distribution_matches_target(tiny):
-    """N-gram drafts are verified as deterministic proposals by vLLM's
-    rejection sampler (no draft distribution): lossless at temperature 1."""
-    target_samples, _ = sample(tiny["target"])
-    spec = {"method": "gammatune_cost", "num_speculative_tokens": 4, **NGRAM,
-            "fixed_step_costs": DRAFTING_PAYS}
-    spec_samples, metrics = sample(tiny["target"], spec)
-    assert metrics["vllm:spec_decode_num_draft_tokens"].value > 0
+def sampled_metrics(target: str, spec: dict) -> dict:
+    """The engine's metrics after sampling whose distribution must be the
+    target's alone, position by position after the first."""
+    target_samples, _ = sample(target)
+    spec_samples, metrics = sample(target, spec)
     for position in range(1, NEW_TOKENS):
         p = homogeneity_pvalue(target_samples, spec_samples, position)
         assert p > ALPHA, f"position {position}: p={p:.2e}"
+    return metrics
+
+
+def test_sampled_distribution_matches_target(tiny):
+    """N-gram drafts are verified as deterministic proposals by vLLM's
+    rejection sampler (no draft distribution): lossless at temperature 1."""
+    spec = {"method": "gammatune_cost", "num_speculative_tokens": 4, **NGRAM,
+            "fixed_step_costs": DRAFTING_PAYS}
+    metrics = sampled_metrics(tiny["target"], spec)
+    assert metrics["vllm:spec_decode_num_draft_tokens"].value > 0

@@ -41,6 +41,8 @@ def test_triton_makes_v2_vllms_default_here(tiny_models):
     # the n-gram drafter (the lookup and the plan on the host)
     ("gammatune_ngram", "gammatune", "AdaptiveNgramProposer"),
     ("gammatune_cost_ngram", "gammatune_cost", "AdaptiveNgramProposer"),
+    # the lookup ahead of the draft model (the host path: one read a step)
+    ("gammatune_cost_ngram_model", "gammatune_cost", "AdaptiveDraftModelProposer"),
 ])
 def test_every_plugin_method_drafts_on_the_v1_runner_and_says_so(tiny_models, name, method,
                                                                   drafter):

@@ -32,6 +32,10 @@ def test_parse_metrics_sums_labels_and_derives_counts():
     assert derived["plugin_time_us_per_token"] == pytest.approx(25.0)
     assert derived["plugin_us_per_step"] == pytest.approx(1000 / 12)  # 12 steps, none before
     assert counters.derived({}, 0)["mean_accepted_length"] is None
+    ngram = ('vllm:gammatune_ngram_draft_tokens_total{engine="0",model_name="m"} 6.0\n'
+             'vllm:gammatune_ngram_accepted_tokens_total{engine="0",model_name="m"} 4.0\n')
+    assert counters.parse_metrics(ngram) == {"gammatune_ngram_draft_tokens": 6.0,
+                                             "gammatune_ngram_accepted_tokens": 4.0}
 
 
 def test_read_counters_takes_what_the_engine_exports_and_zero_for_the_rest():
@@ -45,3 +49,33 @@ def test_read_counters_takes_what_the_engine_exports_and_zero_for_the_rest():
     assert values["engine_steps"] == 9.0 and values["accepted"] == 0.0
     assert counters.read_gauge(llm, counters.DRAFTING_SCALE) == 0.5
     assert counters.read_gauge(llm, "vllm:nothing") is None
+
+
+def fake_llm(additional_config):
+    """What ``EngineCounts`` reads of an ``LLM``: its stat loggers and config."""
+    manager = SimpleNamespace(record=lambda *args, **kwargs: None)
+    return SimpleNamespace(llm_engine=SimpleNamespace(
+        logger_manager=manager,
+        vllm_config=SimpleNamespace(additional_config=additional_config)))
+
+
+def test_engine_counts_reads_every_plugin_counter(tmp_path):
+    from vllm_gammatune.methods import ADDITIONAL_CONFIG_KEY
+    from vllm_gammatune.telemetry.metrics import StepCounters
+
+    path = str(tmp_path / "counters")
+    file = StepCounters(path, 4, owner=True)
+    llm = fake_llm({ADDITIONAL_CONFIG_KEY: {"metrics_path": path,
+                                            "settings": {"num_speculative_tokens": 4}}})
+    counts = counters.EngineCounts(llm)
+    file.record_step([3], 4, 0, 1, num_draft_forward_passes=3)
+    file.record_ngram_verification(5, 2)
+    llm.llm_engine.logger_manager.record(SimpleNamespace(spec_decoding_stats=SimpleNamespace(
+        num_drafts=1, num_draft_tokens=8, num_accepted_tokens=6)))
+    values = counts.read()
+    file.remove()
+    assert values["draft_tokens"] == 8 and values["accepted"] == 6
+    assert values["draft_forward_passes"] == 3 and values["plugin_steps"] == 1
+    assert values["ngram_draft_tokens"] == 5 and values["ngram_accepted_tokens"] == 2
+    without = counters.EngineCounts(fake_llm(None)).read()  # no plugin: zeros
+    assert without["ngram_draft_tokens"] == 0 and without["plugin_time_us"] == 0

@@ -41,6 +41,9 @@ AT_K4_CAP16 = {
                         "drafter": "ngram", **NGRAM_KEYS},
     "gammatune_cost_ngram": {"method": "gammatune_cost", "num_speculative_tokens": 4,
                              "drafter": "ngram", **NGRAM_KEYS},
+    "gammatune_cost_ngram_model": {"method": "gammatune_cost", "model": "d",
+                                   "num_speculative_tokens": 4,
+                                   "drafter": "ngram+draft_model", **NGRAM_KEYS},
 }
 
 
@@ -123,3 +126,15 @@ def test_the_ngram_choices_run_no_draft_model():
     settings, vllm_config = split_speculative_config(cost, set(NGRAM_KEYS) | {
         "num_speculative_tokens", "method"})
     assert settings.drafter == "ngram" and vllm_config["method"] == "ngram"
+
+
+def test_the_lookup_ahead_of_the_draft_model_holds_a_draft_model():
+    config = speculative_config("gammatune_cost_ngram_model", "d", 8, 8)
+    assert config["model"] == "d" and config["drafter"] == "ngram+draft_model"
+    assert drafts("gammatune_cost_ngram_model")
+    from vllm_gammatune.methods import split_speculative_config
+
+    settings, vllm_config = split_speculative_config(config, set(NGRAM_KEYS) | {
+        "num_speculative_tokens", "method", "model"})
+    assert vllm_config == {"method": "draft_model", "model": "d", "num_speculative_tokens": 8}
+    assert dict(settings.drafter_options) == dict(NGRAM_KEYS)

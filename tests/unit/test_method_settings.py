@@ -218,3 +218,40 @@ def test_bad_drafter_configs_name_field_value_and_allowed(config, words):
         split(**config)
     for word in words:
         assert word in str(info.value), (word, str(info.value))
+
+
+def test_the_ngram_front_keeps_its_bounds_and_runs_vllms_draft_model():
+    settings, vllm_config = split(method="gammatune_cost", drafter="ngram+draft_model",
+                                  model="d", prompt_lookup_min=2, prompt_lookup_max=4)
+    assert settings.drafter == "ngram+draft_model"
+    # vLLM's draft_model zeroes the n-gram keys: the plugin keeps them
+    assert vllm_config == {"method": "draft_model", "model": "d", "num_speculative_tokens": 8}
+    assert dict(settings.drafter_options) == {"prompt_lookup_min": 2, "prompt_lookup_max": 4}
+    # the draft model's drafts keep the per-token stop
+    assert settings.parameters["token_stop"] is True
+    assert MethodSettings.from_dict(settings.to_dict()) == settings
+    # vLLM's n-gram defaults where the bounds are not given, or one is
+    settings, _ = split(method="gammatune_cost", drafter="ngram+draft_model", model="d")
+    assert dict(settings.drafter_options) == {"prompt_lookup_min": 5, "prompt_lookup_max": 5}
+    settings, _ = split(method="gammatune_cost", drafter="ngram+draft_model", model="d",
+                        prompt_lookup_max=3)
+    assert dict(settings.drafter_options) == {"prompt_lookup_min": 3, "prompt_lookup_max": 3}
+    # the other drafters keep no options
+    assert split(method="gammatune_cost", model="d")[0].to_dict().get("drafter_options") is None
+
+
+@pytest.mark.parametrize("config,words", [
+    ({"method": "gammatune", "model": "d"},
+     ["'drafter'", "'ngram+draft_model'", "'gammatune'", "'gammatune_cost'"]),
+    ({"method": "fixed_draft", "model": "d"}, ["'ngram+draft_model'", "'fixed_draft'"]),
+    ({"method": "gammatune_cost"}, ["'model'", "missing", "'ngram+draft_model'"]),
+    ({"method": "gammatune_cost", "model": "d", "prompt_lookup_min": 4,
+      "prompt_lookup_max": 2}, ["prompt_lookup_min", "4", "prompt_lookup_max=2"]),
+    ({"method": "gammatune_cost", "model": "d", "prompt_lookup_min": 0},
+     ["prompt_lookup_min", "0", ">= 1"]),
+])
+def test_bad_ngram_front_configs_name_field_value_and_allowed(config, words):
+    with pytest.raises(GammaTuneConfigError) as info:
+        split(drafter="ngram+draft_model", **config)
+    for word in words:
+        assert word in str(info.value), (word, str(info.value))

@@ -93,7 +93,9 @@ def test_markdown_table_lists_every_method_once_with_its_defaults():
         assert METHODS[name].description in line
     assert ("| `adasd` | no (lossy) | `draft_model` | 20 | `adasd_mode='both'`, "
             "`adasd_window=20` |") in table
-    assert "| `gammatune_cost` | yes | `draft_model`, `ngram` | 8 |" in table
+    assert ("| `gammatune_cost` | yes | `draft_model`, `ngram`, `ngram+draft_model` | 8 |"
+            in table)
+    assert "| `gammatune` | yes | `draft_model`, `ngram` |" in table
     assert "`confidence_threshold=0.4`" in lines[2 + list(METHODS).index("assistant_threshold")]
 
 
@@ -110,3 +112,12 @@ def test_the_docs_read_the_registry():
     listed = re.findall(r"^\| `([a-z_]+)`( \(\*\*lossy\*\*\))? \|", section, flags=re.M)
     assert sorted(name for name, _ in listed) == sorted(methods.PLUGIN_METHODS)
     assert {name for name, lossy in listed if lossy} == set(methods.LOSSY_METHODS)
+
+
+def test_a_method_plans_free_drafts_exactly_when_its_policy_does():
+    """The registry's flag (read at start, before any policy is built) says
+    what the policy does (``DraftLengthPolicy.plans_free_drafts``)."""
+    for method in METHODS.values():
+        settings_policy = method.build_policy(method.num_speculative_tokens,
+                                              **method.resolve({}, method.num_speculative_tokens))
+        assert settings_policy.plans_free_drafts is method.plans_free_drafts, method.name

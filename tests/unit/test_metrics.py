@@ -66,12 +66,13 @@ def test_the_file_layout_and_the_counts_come_from_the_table(owner):
     writer.record_step([3], num_planned_draft_tokens=4, num_confidence_stops=1,
                        tracked_requests=1, num_entropy_stops=2, policy_seconds=0.001)
     writer.record_verification(5, [1.5, float("inf")], [0.25, 0.75])
+    writer.record_ngram_verification(6, 4)
     counts = owner.counts()
     assert counts == {
         "planned_draft_tokens": 4.0, "confidence_stops": 1.0, "draft_forward_passes": 0.0,
         "entropy_stops": 2.0, "relaxed_acceptances": 5.0, "plugin_time_us": 1000.0,
         "skipped_draft_steps": 0.0, "catch_up_tokens": 0.0, "plugin_steps": 1.0,
-        "stopped_draft_tokens": 0.0}
+        "stopped_draft_tokens": 0.0, "ngram_draft_tokens": 6.0, "ngram_accepted_tokens": 4.0}
     writer.remove()
 
 

@@ -37,6 +37,7 @@ def test_every_metric_is_reported_with_its_kind_and_value(counters):
     writer.record_step([], num_planned_draft_tokens=0, num_confidence_stops=0,
                        tracked_requests=2, num_skipped_draft_steps=1)
     writer.record_verification(2, [1.5, float("inf")], [0.25, 0.5])
+    writer.record_ngram_verification(7, 5)
     writer.mark_drafter_confirmed()
     got = _plugin_metrics()
     assert set(got) == {m.name for m in METRICS}
@@ -63,6 +64,8 @@ def test_every_metric_is_reported_with_its_kind_and_value(counters):
         "vllm:gammatune_steps": 2,
         "vllm:gammatune_stopped_draft_tokens": 3,
         "vllm:gammatune_cost_drafting_scale": 0.75,
+        "vllm:gammatune_ngram_draft_tokens": 7,
+        "vllm:gammatune_ngram_accepted_tokens": 5,
         "vllm:gammatune_info": 1,
     }
     assert {k: got["vllm:gammatune_info"].labels[k] for k in ("method", "runner", "drafter")} \

@@ -147,7 +147,8 @@ INTERNALS: tuple[Internal, ...] = (
              "its loop, with nothing after the loop that the exception would skip but "
              "the draft probs the drafter sets itself (_last_draft_probs)",
              "vLLM offers a per-token draft stop",
-             params=("self", "num_speculative_tokens")),
+             params=("self", "num_speculative_tokens"),
+             keywords=("common_attn_metadata", "next_token_ids")),
     Internal(_PROPOSER_BASE, "SpecDecodeBaseProposer._sample_from_logits", "call",
              "draft sampling with the draft's full distribution (probabilistic drafts)",
              "vLLM offers a per-token draft stop",
@@ -195,9 +196,20 @@ INTERNALS: tuple[Internal, ...] = (
              params=("self", "vllm_config")),
     Internal(_NGRAM, "NgramProposer.propose", "override",
              "observe, look up at the cap, plan and cut; vLLM calls it with the "
-             "step's sampled tokens as host lists", "vLLM drafts per-request lengths itself",
+             "step's sampled tokens as host lists. The n-gram front (drafter "
+             "'ngram+draft_model') calls vLLM's own with each request's tokens after "
+             "the step's verification", "vLLM drafts per-request lengths itself",
              params=("self", "num_speculative_tokens", "sampled_token_ids",
                      "num_tokens_no_spec", "token_ids_cpu", "slot_mappings")),
+    Internal("vllm.config.speculative", "SpeculativeConfig.prompt_lookup_min", "read",
+             "the n-gram front builds vLLM's lookup from a copy of the config with the "
+             "plugin's bounds, which vLLM's draft_model zeroes",
+             "vLLM combines an n-gram lookup with a draft model"),
+    Internal("vllm.config.speculative", "SpeculativeConfig.prompt_lookup_max", "read",
+             "as prompt_lookup_min", "vLLM combines an n-gram lookup with a draft model"),
+    Internal("vllm.v1.worker.gpu_input_batch", "InputBatch.num_tokens_no_spec", "read",
+             "each request's committed tokens, for the n-gram front's lookup before vLLM's "
+             "book-keeping adds the step's", "vLLM combines an n-gram lookup with a draft model"),
     Internal("vllm.v1.spec_decode.metadata", "SpecDecodeMetadata.num_draft_tokens", "read",
              "the draft tokens each request has verified, handed to the n-gram drafter "
              "at the sampling step (vLLM's n-gram path does not tell it)",

@@ -51,6 +51,7 @@ draft models), a draft sharing the target's vocabulary.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Collection
 
@@ -61,12 +62,14 @@ from vllm_gammatune.draft_kv.holes import DraftKVHoles
 from vllm_gammatune.drafter.draft_distribution import draft_distribution, proposed_token_probs
 from vllm_gammatune.drafter.draft_step import DraftStep, EveryRequestStopped, plan_draft_step
 from vllm_gammatune.drafter.hot_path import read_on_host, uses_cuda_hot_path
+from vllm_gammatune.drafter.ngram_front import NgramFront
 from vllm_gammatune.drafter.observations import observe_verifications
 from vllm_gammatune.drafter.request_records import RequestRecords
 from vllm_gammatune.drafter.step_metrics import attach_step_metrics
 from vllm_gammatune.drafter.step_timing import StepTimer
 from vllm_gammatune.drafter.tp_agreement import same_plan_on_every_rank
 from vllm_gammatune.methods import settings_from_additional_config
+from vllm_gammatune.methods.drafters import DRAFTER_NGRAM_THEN_MODEL
 from vllm_gammatune.policies import BatchView
 from vllm_gammatune.telemetry import trace
 from vllm_gammatune.telemetry.metrics import StepCounters
@@ -89,8 +92,10 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
         self.settings = settings
         self.policy = settings.make_policy()
         #: the CUDA hot path: one read per step, after the draft passes
-        #: (``hot_path``); off, the host path with early exits
-        self.hot_path = uses_cuda_hot_path(self.device)
+        #: (``hot_path``); off, the host path with early exits. The n-gram
+        #: front reads the sampled tokens before it plans: the host path.
+        uses_front = settings.drafter == DRAFTER_NGRAM_THEN_MODEL
+        self.hot_path = uses_cuda_hot_path(self.device) and not uses_front
         if self.hot_path:
             self.policy.adapt_to_drafter(runs_every_planned_pass=True, observation_lag=1)
         self._runner = runner
@@ -101,6 +106,10 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
         self.records = RequestRecords(
             self.policy, also_forget=(self.draft_kv_holes.forget_missing,
                                       trace.forget_missing))
+        #: the n-gram lookup ahead of the draft model, or None (``ngram_front``)
+        self._front = (NgramFront.for_config(vllm_config, settings.drafter_options,
+                                             self.policy, self.records)
+                       if uses_front else None)
         #: the step being drafted, while vLLM's draft loop runs
         self._step: DraftStep | None = None
         # (num_draft_tokens per request, [num_reqs] valid sampled counts)
@@ -155,19 +164,30 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
         verification, self._pending_verification = self._pending_verification, None
         if self.policy.learns_per_token:
             verification = None  # it learns at the rejection sampler instead
+        accepted = None
         if not self.hot_path and verification is not None:
             # the host path reads the last verification before it plans
-            self._observe(req_ids, verification[0], verification[1].tolist())
+            num_draft_tokens, valid_counts = verification[0], verification[1].tolist()
+            if self._front is not None:
+                accepted = [max(0, v - 1) if d else 0
+                            for d, v in zip(num_draft_tokens, valid_counts)]
+                num_draft_tokens = self._front.teach(req_ids, num_draft_tokens,
+                                                     valid_counts, self.counters)
+            self._observe(req_ids, num_draft_tokens, valid_counts)
             verification = None
         cad = kwargs.get("common_attn_metadata")
         batch, decode_only = self._batch_view(req_ids, num_speculative_tokens, cad)
+        free = None
+        if self._front is not None:
+            free, batch = self._look_up(req_ids, num_speculative_tokens, accepted, batch,
+                                        kwargs["next_token_ids"])
         step = self._plan(req_ids, batch, num_speculative_tokens)
         self.policy_seconds += time.perf_counter() - start
         if step.num_steps == 0:
-            return self._skip_draft_model(req_ids, step, verification)
+            return self._skip_draft_model(req_ids, step, verification, free)
         num_caught_up = self._catch_up_before_drafting(cad, step, batch)
         self._draft(step, cad, decode_only, args, kwargs)
-        drafts = self._cut_and_keep(req_ids, step, verification)
+        drafts = self._cut_and_keep(req_ids, step, verification, free)
         self._record_step(drafts, step, num_catch_up_tokens=num_caught_up)
         return drafts
 
@@ -192,6 +212,23 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
                               valid_counts)
 
     # -- 2. plan ------------------------------------------------------------------
+    def _look_up(self, req_ids: list[str], num_speculative_tokens: int,
+                 accepted: list[int] | None, batch: BatchView, next_token_ids):
+        """The n-gram front (``ngram_front``): each request's lookup, the
+        free lengths the policy chooses, and the batch the draft model's plan
+        then sees (a limit of 0 where a free draft is verified). Returns
+        ((offers, [num_reqs] free lengths), that batch)."""
+        num_reqs = len(req_ids)
+        discarded = self._runner.discard_request_mask.np[:num_reqs].tolist()
+        offers = self._front.offers(self._runner, num_speculative_tokens,
+                                    accepted or [0] * num_reqs,
+                                    next_token_ids[:num_reqs].tolist(), discarded)
+        lengths = self._front.choose(req_ids, offers, batch)
+        batch = dataclasses.replace(
+            batch, draft_limits=tuple(0 if k else num_speculative_tokens for k in lengths),
+            free_draft_tokens=tuple(lengths))
+        return (offers, lengths), batch
+
     def _batch_view(self, req_ids: list[str], num_speculative_tokens: int, cad):
         """What the policy may know of this step (``BatchView``); the step's
         shape for a policy that reads step costs or may skip the draft."""
@@ -230,17 +267,24 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
 
     # -- 3. catch up (or skip the draft model) -------------------------------------
     def _skip_draft_model(self, req_ids: list[str], step: DraftStep,
-                          verification=None) -> list[list[int]]:
-        """No request drafts: the draft model does not run this step (the
-        hot path still reads the last verification: this step's one read)."""
+                          verification=None, free=None) -> list[list[int]]:
+        """No request drafts with the draft model: it does not run this step
+        (the hot path still reads the last verification: this step's one
+        read). Free drafts (``free``: offers and lengths) are the step's
+        only drafts; without them the step has none."""
         assert self._catch_up is not None, "only a policy that skips_drafts plans 0"
         if verification is not None:
             num_draft_tokens, valid_counts = verification
             self._observe(req_ids, num_draft_tokens, read_on_host(valid_counts[:len(req_ids)]))
-        self.skipped_this_step = True
         self._catch_up.on_skipped()
+        # vLLM's rejection sampler takes drafts without probabilities as
+        # proposed with certainty, as a lookup's are
         self._last_draft_probs = None
         drafts = [[] for _ in req_ids]
+        if free is not None:
+            drafts = NgramFront.merge(drafts, *free)
+        # with no draft at all, the engine core need not fetch any (draft_handoff)
+        self.skipped_this_step = not any(drafts)
         self._record_step(drafts, step, skipped=True)
         return drafts
 
@@ -313,10 +357,11 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
 
     # -- 5. cut, and keep what verification and the trace need -------------------
     def _cut_and_keep(self, req_ids: list[str], step: DraftStep,
-                      verification=None) -> list[list[int]]:
+                      verification=None, free=None) -> list[list[int]]:
         """Read the step back (with the last verification, on the hot path),
-        cut each draft to its length and keep what its verification and the
-        trace will need."""
+        cut each draft to its length, put the free drafts (``free``: offers
+        and lengths) in place, and keep what its verification and the trace
+        will need."""
         start = time.perf_counter()
         self.policy.draft_ended(len(step.token_ids))
         verifier = self.adasd_verifier
@@ -335,6 +380,10 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
         step.replay_token_rule()
         drafts = step.drafts()
         draft_probs = step.draft_probs()
+        if free is not None and any(free[1]):
+            drafts = NgramFront.merge(drafts, *free)
+            if draft_probs is not None:
+                draft_probs = NgramFront.probs_with_free_rows(draft_probs, drafts, free[1])
         if draft_probs is not None:  # read by vLLM's rejection sampler
             self._last_draft_probs = draft_probs
         if step.keep_entropies:

@@ -12,6 +12,9 @@ from vllm_gammatune.methods.settings import settings_from_additional_config
 _VLLM_DRAFTER_CLASSES = {
     "draft_model": ("vllm.v1.worker.gpu_model_runner", "DraftModelProposer"),
     "ngram": ("vllm.v1.spec_decode.ngram_proposer", "NgramProposer"),
+    # the n-gram lookup ahead of the draft model: vLLM builds its draft-model
+    # drafter, the plugin's composes the lookup (``drafter.ngram_front``)
+    "ngram+draft_model": ("vllm.v1.worker.gpu_model_runner", "DraftModelProposer"),
 }
 
 

@@ -15,6 +15,14 @@ drafter proposes them. Two of vLLM's drafters can be driven:
   offers no draft distribution, so a method that stops on the draft's
   confidence or entropy cannot drive it, and ``gammatune_cost``'s per-token
   stop (``token_stop``) is off.
+- ``"ngram+draft_model"``: the n-gram lookup ahead of the draft model. Per
+  request and step, a lookup's draft is verified where it is worth more than
+  the draft model's (``policies.cost_aware.free_drafts``), and the draft
+  model runs only for the requests left to it (none: it is skipped, and
+  caught up where it drafts again). Only a policy that prices both sources
+  from measured costs can drive it (``gammatune_cost``). The n-gram keys are
+  the plugin's here (vLLM's ``draft_model`` has none): they reach the
+  drafter through the plugin's settings, with vLLM's n-gram defaults.
 
 Pure Python (no vLLM import).
 """
@@ -29,6 +37,7 @@ from vllm_gammatune.methods.parameters import GammaTuneConfigError, require_int
 
 DRAFTER_DRAFT_MODEL = "draft_model"
 DRAFTER_NGRAM = "ngram"
+DRAFTER_NGRAM_THEN_MODEL = "ngram+draft_model"
 #: vLLM's n-gram keys (``SpeculativeConfig.prompt_lookup_min`` / ``_max``)
 NGRAM_KEYS = ("prompt_lookup_min", "prompt_lookup_max")
 
@@ -46,8 +55,14 @@ class Drafter:
     offers_distributions: bool
     #: it needs ``speculative_config['model']``
     takes_model: bool
-    #: vLLM keys only this drafter reads
+    #: keys only this drafter reads
     own_keys: tuple[str, ...] = ()
+    #: its own keys go to vLLM's config (else to the plugin's settings,
+    #: ``MethodSettings.drafter_options``)
+    vllm_reads_own_keys: bool = True
+    #: it needs a policy that chooses between a free draft and the draft
+    #: model's (``Method.plans_free_drafts``)
+    needs_free_draft_planner: bool = False
 
 
 DRAFTERS: dict[str, Drafter] = {d.name: d for d in (
@@ -56,11 +71,15 @@ DRAFTERS: dict[str, Drafter] = {d.name: d for d in (
     Drafter(DRAFTER_NGRAM, "prompt lookup: the text that followed the last n tokens "
             "earlier in the request (no model)", "ngram", offers_distributions=False,
             takes_model=False, own_keys=NGRAM_KEYS),
+    Drafter(DRAFTER_NGRAM_THEN_MODEL, "the n-gram lookup where its draft is worth more, "
+            "else the draft model", "draft_model", offers_distributions=True,
+            takes_model=True, own_keys=NGRAM_KEYS, vllm_reads_own_keys=False,
+            needs_free_draft_planner=True),
 )}
 
 
-def drafter_of(config: Mapping[str, Any], method: str,
-               needs_distributions: bool) -> Drafter:
+def drafter_of(config: Mapping[str, Any], method: str, needs_distributions: bool,
+               plans_free_drafts: bool = False) -> Drafter:
     """The drafter ``config`` asks for, checked against the method and the
     keys given. Raises ``GammaTuneConfigError`` naming the field, the value
     and what is allowed."""
@@ -76,6 +95,12 @@ def drafter_of(config: Mapping[str, Any], method: str,
             f"{method!r}: the method stops each draft on the draft model's "
             f"distribution, which the {name} drafter does not have; allowed: "
             f"{', '.join(repr(d.name) for d in DRAFTERS.values() if d.offers_distributions)}")
+    if drafter.needs_free_draft_planner and not plans_free_drafts:
+        raise GammaTuneConfigError(
+            f"speculative_config['drafter']={name!r} is not allowed with method "
+            f"{method!r}: choosing between the n-gram's draft and the draft model's "
+            "needs a policy that prices both from measured costs; allowed: method "
+            "'gammatune_cost', or drafter 'ngram' or 'draft_model' with this method")
     if drafter.takes_model and not config.get("model"):
         raise GammaTuneConfigError(
             f"speculative_config['model'] is missing: method {method!r} with drafter "
@@ -93,9 +118,29 @@ def drafter_of(config: Mapping[str, Any], method: str,
                     f"speculative_config[{key!r}]={config[key]!r} is not allowed with "
                     f"drafter {name!r}, which would ignore it; it is read by drafter "
                     f"{other.name!r}")
-    if drafter.name == DRAFTER_NGRAM:
+    if drafter.own_keys == NGRAM_KEYS:
         _check_ngram_bounds(config)
     return drafter
+
+
+def ngram_bounds(config: Mapping[str, Any]) -> dict[str, int]:
+    """``prompt_lookup_min`` and ``_max`` as vLLM resolves them
+    (``SpeculativeConfig``): both 5 when neither is given, the other's value
+    when one is. ``config`` was checked by ``drafter_of``."""
+    low, high = (config.get(key) for key in NGRAM_KEYS)
+    if low is None and high is None:
+        low = high = 5
+    low = high if low is None else low
+    high = low if high is None else high
+    return {"prompt_lookup_min": low, "prompt_lookup_max": high}
+
+
+def drafter_options(config: Mapping[str, Any], drafter: Drafter) -> dict[str, Any]:
+    """The drafter's own keys the plugin keeps (``vllm_reads_own_keys``
+    False), resolved; {} where vLLM reads them."""
+    if drafter.vllm_reads_own_keys or not drafter.own_keys:
+        return {}
+    return ngram_bounds(config)
 
 
 def _check_ngram_bounds(config: Mapping[str, Any]) -> None:

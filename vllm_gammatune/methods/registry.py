@@ -76,6 +76,9 @@ class Method:
     #: entropy), so only a drafter that has one can serve it
     #: (``methods.drafters``)
     needs_distributions: bool = False
+    #: it chooses per request between a free draft (an n-gram's) and the
+    #: draft model's, from measured costs (``policies.cost_aware.free_drafts``)
+    plans_free_drafts: bool = False
 
     def resolve(self, config: Mapping[str, Any], num_speculative_tokens: int,
                 drafter: str = DRAFTER_DRAFT_MODEL) -> dict[str, Any]:
@@ -152,7 +155,8 @@ METHODS: dict[str, Method] = {m.name: m for m in (
            True, ("probe_interval", "probe_budget", "min_draft_gain", "token_stop",
                   "fixed_step_costs"),
            _cost_aware_policy,
-           num_speculative_tokens=DEFAULT_COST_AWARE_NUM_SPECULATIVE_TOKENS),
+           num_speculative_tokens=DEFAULT_COST_AWARE_NUM_SPECULATIVE_TOKENS,
+           plans_free_drafts=True),
 )}
 
 #: The plugin's method names, in table order.
@@ -190,8 +194,10 @@ def markdown_table() -> str:
         cap = method.num_speculative_tokens
         values = method.resolve({}, cap)
         parameters = ", ".join(f"`{key}={values[key]!r}`" for key in method.parameters)
-        drafters = ", ".join(f"`{d.name}`" for d in DRAFTERS.values()
-                             if d.offers_distributions or not method.needs_distributions)
+        drafters = ", ".join(
+            f"`{d.name}`" for d in DRAFTERS.values()
+            if (d.offers_distributions or not method.needs_distributions)
+            and (method.plans_free_drafts or not d.needs_free_draft_planner))
         rows.append(f"| `{method.name}` | {'yes' if method.lossless else 'no (lossy)'} | "
                     f"{drafters} | {cap} | {parameters} | {method.description} |")
     return "\n".join(rows) + "\n"

@@ -24,11 +24,16 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from vllm_gammatune.methods.drafters import DRAFTER_DRAFT_MODEL, DRAFTERS, drafter_of
+from vllm_gammatune.methods.drafters import (
+    DRAFTER_DRAFT_MODEL,
+    DRAFTERS,
+    drafter_of,
+    drafter_options,
+)
 from vllm_gammatune.methods.parameters import GammaTuneConfigError, require_int
 from vllm_gammatune.methods.registry import (
     ALL_PLUGIN_KEYS,
@@ -66,10 +71,15 @@ class MethodSettings:
     #: parameter name -> validated value (read-only)
     parameters: Mapping[str, Any]
     drafter: str = DRAFTER_DRAFT_MODEL
+    #: the drafter's own keys the plugin keeps, resolved
+    #: (``drafters.drafter_options``; read-only)
+    drafter_options: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
         parameters = MappingProxyType(dict(self.parameters))
         object.__setattr__(self, "parameters", parameters)
+        object.__setattr__(self, "drafter_options",
+                           MappingProxyType(dict(self.drafter_options)))
         if self.drafter not in DRAFTERS:
             raise ValueError(f"unknown drafter {self.drafter!r}")
         if self.method in METHODS and set(parameters) != set(METHODS[self.method].parameters):
@@ -85,13 +95,16 @@ class MethodSettings:
         """A plain dict (``additional_config`` carries it): ``method``,
         ``num_speculative_tokens``, ``drafter`` and each parameter by name."""
         return {"method": self.method, "num_speculative_tokens": self.num_speculative_tokens,
-                "drafter": self.drafter, **copy.deepcopy(dict(self.parameters))}
+                "drafter": self.drafter, **copy.deepcopy(dict(self.parameters)),
+                **({"drafter_options": dict(self.drafter_options)}
+                   if self.drafter_options else {})}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> MethodSettings:
         parameters = dict(data)
         return cls(parameters.pop("method"), parameters.pop("num_speculative_tokens"),
-                   parameters, parameters.pop("drafter", DRAFTER_DRAFT_MODEL))
+                   parameters, parameters.pop("drafter", DRAFTER_DRAFT_MODEL),
+                   parameters.pop("drafter_options", {}))
 
     def make_policy(self) -> DraftLengthPolicy:
         """A new draft-length policy of this method with these values."""
@@ -148,7 +161,8 @@ def split_speculative_config(
                 f"({', '.join(sorted(k for k in vllm_keys if not k.startswith('_')))})"
             )
 
-    drafter = drafter_of(config, method, METHODS[method].needs_distributions)
+    drafter = drafter_of(config, method, METHODS[method].needs_distributions,
+                         METHODS[method].plans_free_drafts)
 
     cap = require_int(
         "num_speculative_tokens",
@@ -158,9 +172,10 @@ def split_speculative_config(
     )
     settings = MethodSettings(method, cap,
                               METHODS[method].resolve(config, cap, drafter.name),
-                              drafter.name)
+                              drafter.name, drafter_options(config, drafter))
+    plugin_keys = {"drafter", *(() if drafter.vllm_reads_own_keys else drafter.own_keys)}
     vllm_config = {
-        k: v for k, v in config.items() if k not in ALL_PLUGIN_KEYS and k != "drafter"
+        k: v for k, v in config.items() if k not in ALL_PLUGIN_KEYS and k not in plugin_keys
     }
     vllm_config["method"] = drafter.vllm_method
     vllm_config["num_speculative_tokens"] = cap

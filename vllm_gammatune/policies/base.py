@@ -72,6 +72,9 @@ class BatchView:
     #: n-gram drafter: the length of the text that follows its match, 0
     #: without a match); () = the cap for every request
     draft_limits: tuple[int, ...] = ()
+    #: per request, the tokens of a free draft (an n-gram's) it verifies this
+    #: step instead of a policy-planned draft; () = none
+    free_draft_tokens: tuple[int, ...] = ()
 
 
 class DraftLengthPolicy(ABC):
@@ -105,6 +108,11 @@ class DraftLengthPolicy(ABC):
     #: to weigh catching the draft up (``catch_up_tokens``, ``has_prefill``,
     #: ``remaining_tokens``).
     skips_drafts: bool = False
+    #: The policy chooses per request between a free draft (an n-gram
+    #: lookup's, which costs no draft pass) and the draft model's
+    #: (``free_draft_lengths``), and learns the free drafts' acceptance apart
+    #: (``observe_free_draft``): the drafter ``ngram+draft_model`` needs it.
+    plans_free_drafts: bool = False
     #: The policy decides after each draft pass which drafts go on
     #: (``draft_on``), from the draft's probability of each new token.
     decides_per_token: bool = False
@@ -245,6 +253,19 @@ class DraftLengthPolicy(ABC):
         (``keeps_draft_kv``; an n-gram lookup has none, so nothing is ever
         caught up). Default: a policy whose per-draft state does not outlive
         a plan needs nothing."""
+
+    # -- free drafts ahead of the draft model (``plans_free_drafts``) -----------------
+    def free_draft_lengths(self, states: list[Any], offers: Sequence[int],
+                           batch: BatchView) -> list[int]:
+        """[num_reqs] the tokens of each request's free draft (``offers``:
+        [num_reqs] tokens its lookup offers) to verify this step, 0 where the
+        draft model drafts instead."""
+        raise NotImplementedError(f"{type(self).__name__} does not plan free drafts")
+
+    def observe_free_draft(self, state: Any, num_draft_tokens: int,
+                           num_accepted_tokens: int) -> None:
+        """One verification of a request's free draft."""
+        raise NotImplementedError(f"{type(self).__name__} does not plan free drafts")
 
     # -- explaining a step -----------------------------------------------------------
     @property

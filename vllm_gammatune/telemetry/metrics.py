@@ -140,6 +140,15 @@ METRICS: tuple[Metric, ...] = (
            "measured cycles (1: the model holds; below 1: drafting is discounted by this "
            "factor).",
            "drafting_scale_milli", "drafting_scale", scale=1000, when_set=True),
+    Metric("vllm:gammatune_ngram_draft_tokens", "counter",
+           "Draft tokens from the n-gram lookup verified ahead of the draft model "
+           "(drafter 'ngram+draft_model'; the draft model's are vLLM's "
+           "spec_decode_num_draft_tokens minus these).",
+           "num_ngram_draft_tokens", "ngram_draft_tokens"),
+    Metric("vllm:gammatune_ngram_accepted_tokens", "counter",
+           "Of the n-gram lookup's draft tokens verified ahead of the draft model, "
+           "those accepted.",
+           "num_ngram_accepted_tokens", "ngram_accepted_tokens"),
     Metric("vllm:gammatune_info", "gauge",
            "1 once the worker confirmed it runs vllm-gammatune's drafter: the "
            "method, the model runner and the drafter class.",
@@ -309,6 +318,14 @@ class StepCounters:
             self._add_scaled("generation_threshold_micro_sum", sum(finite))
             self._add_scaled("verification_threshold_micro_sum", sum(verification_thresholds))
             self._add("num_threshold_samples", len(verification_thresholds))
+
+    def record_ngram_verification(self, num_draft_tokens: int,
+                                  num_accepted_tokens: int) -> None:
+        """The n-gram lookup's draft tokens verified in one step, and those
+        accepted (drafter ``ngram+draft_model``)."""
+        with self._locked():
+            self._add("num_ngram_draft_tokens", num_draft_tokens)
+            self._add("num_ngram_accepted_tokens", num_accepted_tokens)
 
     def snapshot(self) -> dict[str, object]:
         """Every field by name, and ``draft_length_counts``."""

@@ -18,7 +18,8 @@ ENGINE_LABELS = ("model_name", "engine")
 #: plugin's runner and its drafter class, by drafter (``methods.drafters``)
 INFO_LABELS = {"runner": "v1"}
 DRAFTER_CLASSES = {"draft_model": "AdaptiveDraftModelProposer",
-                   "ngram": "AdaptiveNgramProposer"}
+                   "ngram": "AdaptiveNgramProposer",
+                   "ngram+draft_model": "AdaptiveDraftModelProposer"}
 
 
 def _histogram_buckets(counts: list[int]) -> list[tuple[str, int]]:

@@ -33,7 +33,8 @@ Each step's plan (``plan_batch``) goes through, in order:
    the plan's gain beats the chunk's draft prefill (``prompt_chunks``);
 5. probes: requests at length 0 that are due draft one token, within the
    engine's probe budget (``probe_scheduler``);
-6. the check against the clock opens this plan's cycle with its prediction;
+6. the check against the clock opens this plan's cycle with its prediction
+   (not where free drafts are verified: ``free_drafts``);
 7. the per-token stop (``token_stop``): in a decode step, a request that
    drafts for its own sake may draft up to the cap, and after each token
    the rule ends its draft once the next token would not pay; each
@@ -54,6 +55,7 @@ from vllm_gammatune.policies.cost_aware.decision import (
     PlannedStep,
     StepDecision,
 )
+from vllm_gammatune.policies.cost_aware.free_drafts import free_draft_lengths
 from vllm_gammatune.policies.cost_aware.linear_costs import (
     BatchLocalLinearCost,
     FixedLinearCost,
@@ -96,6 +98,8 @@ class CostAwarePolicy(DraftLengthPolicy):
     #: it plans from measured step costs, and may plan 0 for a whole step
     times_steps = True
     skips_drafts = True
+    #: it prices a free draft against the draft model's (``free_drafts``)
+    plans_free_drafts = True
     #: the token probabilities are read after every pass, the per-token stop
     #: on or off: they calibrate its acceptance model and feed traces
     decides_per_token = True
@@ -127,6 +131,9 @@ class CostAwarePolicy(DraftLengthPolicy):
         self.costs = CostFits(target_cost, draft_cost)
         self.cycle_check = CycleCheck() if check_cycles else None
         self.acceptance = AcceptanceRates(memory, prior_weight)
+        #: the acceptance of free drafts (an n-gram's), per request and
+        #: engine-wide, apart from the draft model's (``free_drafts``)
+        self.free_acceptance = AcceptanceRates(memory, prior_weight)
         self.probes = ProbeScheduler(probe_interval, max_probe_interval, probe_budget)
         self.prompt_chunks = PromptChunks()
         self.token_stop = TokenStop(token_stop)
@@ -230,6 +237,28 @@ class CostAwarePolicy(DraftLengthPolicy):
                 self.cycle_check.on_accepted(revision.accepted_tokens)
         return state
 
+    def observe_free_draft(self, state: CostAwareState, num_draft_tokens: int,
+                           num_accepted_tokens: int) -> None:
+        """One verification of a free draft (an n-gram's): its own rate
+        learns, the draft model's does not (``free_drafts``)."""
+        self._check_observation(num_draft_tokens, num_accepted_tokens)
+        self.free_acceptance.observe(state.free_drafts, num_draft_tokens,
+                                     num_accepted_tokens)
+
+    def free_draft_lengths(self, states: list[CostAwareState], offers: Sequence[int],
+                           batch: BatchView) -> list[int]:
+        """Per request, the tokens of its free draft (``offers``: [num_reqs]
+        tokens the lookup offers) to verify this step, 0 where the draft
+        model's draft is worth more (``free_drafts``). Before both cost fits
+        have their samples the draft model drafts (warm-up)."""
+        num_reqs = len(states)
+        if not self.costs.ready:
+            return [0] * num_reqs
+        costs = self.costs.at(batch.num_scheduled_tokens, num_reqs)
+        return free_draft_lengths(costs, self.free_acceptance.rates(
+            [s.free_drafts for s in states]), self.acceptance.rates(states), offers,
+            self.max_num_draft_tokens)
+
     def draft_on(self, states: list[CostAwareState], position: int,
                  token_probs: Sequence[float], active: Sequence[bool]) -> list[int | None]:
         return self.token_stop.draft_on(states, position, token_probs, active)
@@ -283,8 +312,9 @@ class CostAwarePolicy(DraftLengthPolicy):
         probed = self.probes.add_probes(states, plan, may_probe, costs, rates,
                                         batch.catch_up_tokens, batch.draft_limits)
         self.probes.advance(states, plan, probed.probes)
-        # 6. this plan's cycle, to be measured
-        if self.cycle_check is not None:
+        # 6. this plan's cycle, to be measured; not a cycle with free drafts,
+        # whose verification the plan's prediction does not hold
+        if self.cycle_check is not None and not any(batch.free_draft_tokens):
             self.cycle_check.open(num_reqs, max(probed.lengths, default=0),
                                   probed.predicted_tokens, probed.predicted_seconds)
         # 7. the per-token stop

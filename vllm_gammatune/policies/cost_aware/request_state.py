@@ -9,6 +9,16 @@ from vllm_gammatune.policies.cost_aware.token_draft import TokenDraft
 
 
 @dataclass(slots=True)
+class SourceCounts:
+    """Decayed acceptance counts of one draft source (``acceptance_rates``)."""
+
+    #: decayed count of accepted draft tokens
+    accepted: float = 0.0
+    #: decayed count of verifications that ended in a rejected draft token
+    rejections: float = 0.0
+
+
+@dataclass(slots=True)
 class CostAwareState:
     # -- acceptance rates (``acceptance_rates``) --
     #: decayed count of accepted draft tokens
@@ -30,3 +40,7 @@ class CostAwareState:
     #: the draft of the plan before it (read where verifications arrive one
     #: plan late)
     previous_draft: TokenDraft = field(default_factory=TokenDraft)
+    # -- free drafts (``free_drafts``) --
+    #: acceptance of the request's free drafts (an n-gram's), apart from the
+    #: draft model's (``accepted``, ``rejections``)
+    free_drafts: SourceCounts = field(default_factory=SourceCounts)

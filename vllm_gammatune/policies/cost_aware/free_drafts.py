@@ -1,0 +1,90 @@
+"""Free drafts ahead of the draft model: which requests verify an n-gram's tokens.
+
+A drafter that looks the text up (an n-gram match, ``methods.drafters``)
+offers some requests a draft that costs no draft pass; what it costs is the
+verification of its tokens. Per request, the step compares its two sources,
+each in tokens gained minus tokens lost to the time it costs, at the rate of
+a step that drafts nothing (``lambda = num_reqs / t_target``, the
+planner's starting ratio, ``planner``):
+
+    free:  V_f(k) = b (1 - b^k) / (1 - b) - lambda * c_tok * k,  k <= offer
+    model: V_m(k) = a (1 - a^k) / (1 - a)
+                    - lambda * (c_tok * k + (t_first + (k - 1) t_later) / B)
+
+with ``b`` the request's acceptance rate of free drafts, ``a`` its rate of
+the draft model's, ``c_tok`` the cost of one more verified token, ``t_first``
+and ``t_later`` the draft model's passes shared by the ``B`` requests of the
+step, each ``k`` the best for its source (the free one: token ``j`` is kept
+while ``b^j > lambda * c_tok``, as in the planner's ``_lengths_at``). A
+request verifies its free draft where ``V_f > 0`` and ``V_f >= V_m``; the
+others are left to the draft model, which the planner then plans with full
+pass costs over those requests alone (a step where every drafting request
+has a free draft runs no draft model at all; its positions are caught up
+where the model drafts again, as after any skipped step).
+
+Splitting the pass costs evenly over the batch is the approximation: it
+prices the model's draft for one request as if every request shared its
+passes. The planner corrects the rest, since it prices the model's passes
+whole for the requests left to it.
+
+The same preference for a free draft where it is good enough is what
+Arctic Inference's suffix decoding does ahead of its own draft model (a
+suffix match whose score clears a threshold is drafted instead of the
+model's); here the threshold is the comparison above, in the step's
+measured costs.
+
+Pure functions; ``[num_reqs]`` lists, in batch order.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from vllm_gammatune.policies.cost_aware.step_costs import StepCosts
+
+
+def _free_length(rate: float, offer: int, threshold: float) -> int:
+    """The largest ``k <= offer`` with ``rate^k > threshold``."""
+    if offer <= 0 or rate <= threshold:
+        return 0
+    if threshold <= 0.0:
+        return offer
+    return min(offer, max(0, math.ceil(math.log(threshold) / math.log(rate)) - 1))
+
+
+def _gain(rate: float, k: int) -> float:
+    """Accepted draft tokens expected of ``k`` (geometric acceptance)."""
+    return rate * (1.0 - rate ** k) / (1.0 - rate)
+
+
+def free_draft_lengths(costs: StepCosts, free_rates: Sequence[float],
+                       model_rates: Sequence[float], offers: Sequence[int],
+                       max_num_draft_tokens: int) -> list[int]:
+    """Per request, how many of its free draft's tokens to verify (0: the
+    draft model's turn), from the comparison of the module docstring.
+
+    Args:
+        free_rates: [num_reqs] acceptance rates of the free drafts.
+        model_rates: [num_reqs] acceptance rates of the draft model's drafts.
+        offers: [num_reqs] tokens each request's lookup offers (0: none).
+    """
+    num_reqs = len(offers)
+    if costs.target_now <= 0.0:
+        return [0] * num_reqs
+    ratio = num_reqs / costs.target_now
+    threshold = ratio * costs.per_token
+    lengths = []
+    for b, a, offer in zip(free_rates, model_rates, offers):
+        k = _free_length(b, min(offer, max_num_draft_tokens), threshold)
+        value = _gain(b, k) - ratio * costs.per_token * k
+        if k == 0 or value <= 0.0:
+            lengths.append(0)
+            continue
+        model_value = max(
+            (_gain(a, j) - ratio * (costs.per_token * j
+                                    + (costs.first_pass + (j - 1) * costs.later_pass) / num_reqs)
+             for j in range(1, max_num_draft_tokens + 1)),
+            default=0.0)
+        lengths.append(k if value >= model_value else 0)
+    return lengths
