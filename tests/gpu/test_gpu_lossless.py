@@ -42,8 +42,10 @@ def target_greedy(tiny_models):
 
 
 @pytest.mark.parametrize("method,extra", [
-    (m, DRAFTING_COSTS if m == "gammatune_cost" else {})
-    for m in PLUGIN_METHODS if m not in LOSSY_METHODS])
+    *[(m, DRAFTING_COSTS if m == "gammatune_cost" else {})
+      for m in PLUGIN_METHODS if m not in LOSSY_METHODS],
+    # the n-gram lookup ahead of the draft model (the host path on CUDA)
+    ("gammatune_cost_ngram_model", DRAFTING_COSTS)])
 def test_greedy_output_matches_the_target_at_vllms_tolerance(
         tiny_models, target_greedy, gpu_measurements, method, extra):
     spec = plugin_spec(method, tiny_models["draft"], **extra)
@@ -76,6 +78,8 @@ def target_samples(tiny_models):
     ("gammatune", {}),
     ("gammatune_plus", {"confidence_threshold": 0.5, "draft_sample_method": "probabilistic"}),
     ("gammatune_cost", DRAFTING_COSTS),
+    # one-hot rows for the lookup's tokens beside the draft model's distributions
+    ("gammatune_cost_ngram_model", {**DRAFTING_COSTS, "draft_sample_method": "probabilistic"}),
 ])
 def test_sampled_distribution_matches_the_target(tiny_models, target_samples, method, extra):
     samples = _samples(tiny_models["target"], plugin_spec(method, tiny_models["draft"], **extra))

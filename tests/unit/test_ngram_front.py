@@ -15,16 +15,17 @@ from vllm_gammatune.drafter.request_records import RequestRecords
 from vllm_gammatune.policies import BatchView, CostAwarePolicy, FixedLinearCost
 
 
-class RecordingLookup:
-    """Stands in for vLLM's ``NgramProposer.propose``: keeps its inputs."""
+class RecordingMatcher:
+    """Stands in for vLLM's per-request matcher: keeps its inputs and
+    answers with the given offers in turn."""
 
     def __init__(self, offers):
-        self.offers = offers
+        self.offers = list(offers)
         self.calls = []
 
-    def propose(self, k, sampled, num_tokens, token_ids):
-        self.calls.append((k, sampled, num_tokens.copy(), token_ids.copy()))
-        return self.offers
+    def __call__(self, tokens, min_n, max_n, max_model_len, k):
+        self.calls.append((tokens.tolist(), min_n, max_n, max_model_len, k))
+        return np.array(self.offers.pop(0), dtype=np.int32)
 
 
 class RecordingCounters:
@@ -38,24 +39,61 @@ class RecordingCounters:
 def front(offers=()):
     policy = CostAwarePolicy(8, target_cost=FixedLinearCost(0.1, 0.002),
                              draft_cost=FixedLinearCost(0.033, 0.0))
-    return NgramFront(RecordingLookup(list(offers)), policy, RequestRecords(policy))
+    bounds = {"prompt_lookup_min": 2, "prompt_lookup_max": 4}
+    return NgramFront(RecordingMatcher(offers), bounds, 4096, policy, RequestRecords(policy))
+
+
+def runner_with(token_ids, num_tokens):
+    return SimpleNamespace(input_batch=SimpleNamespace(
+        num_tokens_no_spec=np.array(num_tokens, dtype=np.int32), token_ids_cpu=token_ids))
 
 
 def test_the_lookup_sees_each_request_after_this_verification():
-    token_ids = np.arange(40, dtype=np.int32).reshape(2, 20)
-    runner = SimpleNamespace(input_batch=SimpleNamespace(
-        num_tokens_no_spec=np.array([5, 8], dtype=np.int32), token_ids_cpu=token_ids))
-    f = front([[1], []])
-    # request 0 accepted 2 drafts (at positions 5, 6), then sampled 99;
-    # request 1 is a prompt chunk whose sampled token is discarded
-    offers = f.offers(runner, 4, accepted=[2, 0], next_token_ids=[99, 7],
+    runner = runner_with(np.arange(40, dtype=np.int32).reshape(2, 20), [5, 8])
+    f = front([[1, 2]])
+    # request a accepted 2 drafts (at positions 5, 6), then sampled 99;
+    # request b is a prompt chunk whose sampled token is discarded
+    offers = f.offers(runner, ["a", "b"], 4, accepted=[2, 0], next_token_ids=[99, 7],
                       discarded=[False, True])
-    assert offers == [[1], []]
-    k, sampled, num_tokens, tokens = f._lookup.calls[0]
-    assert k == 4 and sampled == [[1], []]
-    assert num_tokens.tolist() == [8, 9]
-    assert tokens[0, :8].tolist() == [0, 1, 2, 3, 4, 5, 6, 99]
-    assert tokens[1, :9].tolist() == [*range(20, 28), 7]
+    assert offers == [[1, 2], []]
+    assert f._match.calls == [([0, 1, 2, 3, 4, 5, 6, 99], 2, 4, 4096, 4)]
+
+
+def test_an_unverified_offer_learns_from_the_tokens_the_target_emitted():
+    f = front([[5, 6, 7], [8, 9, 10, 11], [1], [2], [3]])
+    records, policy = f._records, f._policy
+    runner = runner_with(np.zeros((3, 20), dtype=np.int32), [4, 4, 4])
+    ids = ["a", "b", "c"]
+    offers = f.offers(runner, ids, 4, [0, 0, 0], [0, 0, 0], [False, False, True])
+    # the draft model has been right for a and b: it drafts for them
+    for r in ("a", "b"):
+        for _ in range(6):
+            policy.observe(records.policy_state(r), 8, 8, BatchView(batch_size=3))
+    model_rate = policy.acceptance.rate(records.policy_state("a"))
+    assert f.choose(ids, offers, BatchView(batch_size=3)) == [0, 0, 0]
+    assert f._unverified == {"a": [5, 6, 7], "b": [8, 9, 10, 11]}
+    # this step the target emitted, after the 4 committed tokens: for a, 3
+    # accepted drafts (5, 6, 9) and 4; for b, 1 accepted draft (8) and 9
+    tokens = np.zeros((3, 20), dtype=np.int32)
+    tokens[0, 4:7] = [5, 6, 9]
+    tokens[1, 4:5] = [8]
+    f.offers(runner_with(tokens, [4, 4, 4]), ids, 4, [3, 1, 0], [4, 9, 0],
+             [False, False, True])
+    a, b = (records.policy_state(r).free_drafts for r in ("a", "b"))
+    # a: 5, 6 matched, 7 would have been rejected; b: the emitted 8, 9 matched,
+    # the rest of the offer is unknown
+    assert (a.accepted, a.rejections) == (2, 1)
+    assert (b.accepted, b.rejections) == (2, 0)
+    assert policy.acceptance.rate(records.policy_state("a")) == model_rate
+    # learnt once: the next step has nothing left unverified from this one
+    assert f._unverified == {}
+
+
+def test_a_step_the_front_did_not_see_drops_what_it_handed_over():
+    f = front()
+    f._free, f._unverified = {"a": 2}, {"b": [1]}
+    f.forget_step()
+    assert f._free == {} and f._unverified == {}
 
 
 def test_a_verification_is_split_between_the_lookup_and_the_model():

@@ -196,17 +196,18 @@ INTERNALS: tuple[Internal, ...] = (
              params=("self", "vllm_config")),
     Internal(_NGRAM, "NgramProposer.propose", "override",
              "observe, look up at the cap, plan and cut; vLLM calls it with the "
-             "step's sampled tokens as host lists. The n-gram front (drafter "
-             "'ngram+draft_model') calls vLLM's own with each request's tokens after "
-             "the step's verification", "vLLM drafts per-request lengths itself",
+             "step's sampled tokens as host lists", "vLLM drafts per-request lengths itself",
              params=("self", "num_speculative_tokens", "sampled_token_ids",
                      "num_tokens_no_spec", "token_ids_cpu", "slot_mappings")),
-    Internal("vllm.config.speculative", "SpeculativeConfig.prompt_lookup_min", "read",
-             "the n-gram front builds vLLM's lookup from a copy of the config with the "
-             "plugin's bounds, which vLLM's draft_model zeroes",
+    Internal(_NGRAM, "_find_longest_matched_ngram_and_propose_tokens", "call",
+             "the n-gram front's lookup ahead of the draft model (drafter "
+             "'ngram+draft_model'), one request at a time over its tokens after the "
+             "step's verification, without the batched matcher's thread pool",
+             "vLLM combines an n-gram lookup with a draft model",
+             params=("origin_tokens", "min_ngram", "max_ngram", "max_model_len", "k")),
+    Internal("vllm.config.model", "ModelConfig.max_model_len", "read",
+             "the n-gram front's matcher drafts no token past the model's length",
              "vLLM combines an n-gram lookup with a draft model"),
-    Internal("vllm.config.speculative", "SpeculativeConfig.prompt_lookup_max", "read",
-             "as prompt_lookup_min", "vLLM combines an n-gram lookup with a draft model"),
     Internal("vllm.v1.worker.gpu_input_batch", "InputBatch.num_tokens_no_spec", "read",
              "each request's committed tokens, for the n-gram front's lookup before vLLM's "
              "book-keeping adds the step's", "vLLM combines an n-gram lookup with a draft model"),

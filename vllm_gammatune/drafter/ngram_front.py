@@ -8,17 +8,34 @@ to a step of the host path:
    a draft of the model, and counted as the n-gram's
    (``vllm:gammatune_ngram_*``); the draft model's share of the
    verification goes on as before;
-2. look up: vLLM's own n-gram lookup (``NgramProposer``, with the plugin's
-   ``prompt_lookup_min`` / ``_max``) over each request's tokens as they
-   stand after this verification: the runner's host copy up to the
+2. look up: vLLM's own n-gram match (its per-request function, with the
+   plugin's ``prompt_lookup_min`` / ``_max``) over each request's tokens as
+   they stand after this verification: the runner's host copy up to the
    accepted drafts, and the token the target just sampled (the draft-model
    path runs before vLLM's book-keeping writes it); a request whose sampled
-   token is discarded (a prompt chunk) gets no offer;
+   token is discarded (a prompt chunk) gets no offer. An offer the last step
+   did not verify is still compared with the tokens the target emitted in
+   its place, which teaches the lookup's acceptance for free (see below);
 3. choose and merge: the policy's free lengths (``free_drafts``); those
    requests get their lookup's tokens in place of the model's (which the
    plan gave a limit of 0), and, where vLLM's rejection sampler reads the
    draft's probabilities, a one-hot row per free token: the lookup proposes
    its token with certainty, as vLLM's n-gram path does without rows.
+
+Unverified offers. A policy that learnt the lookup's acceptance only from
+the drafts it chose to verify would never choose it where it starts below
+the draft model (a prior of 0.5 against a draft model right 90% of the time
+on code) and never learn better. But what an unverified offer would have
+earned is known one step later: the target emitted its own tokens at those
+positions, and a lookup draft is accepted token by token as long as it
+matches them (greedy: exactly; sampled: with the probability the target
+gives the token, which the emitted token matches as often). So each such
+offer teaches the policy ``m + 1`` drafted and ``m`` accepted, ``m`` its
+matched prefix, or all of it matched where the emitted tokens end first.
+
+The lookup runs one request at a time in vLLM's compiled matcher, not in
+vLLM's batched one, which runs a parallel region with a thread pool of its
+own on a CPU whose cores the model's threads hold.
 
 The draft model needs nothing of the lookup: its next first pass runs over
 the tokens the target verified, wherever they came from, and a step the
@@ -31,7 +48,6 @@ path on every device (``hot_path``).
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 
 import numpy as np
@@ -42,38 +58,44 @@ from vllm_gammatune.telemetry import trace
 from vllm_gammatune.telemetry.metrics import StepCounters
 
 
-def _lookup_config(vllm_config, options):
-    """``vllm_config`` with a speculative config that carries the n-gram
-    bounds (vLLM's ``draft_model`` zeroes them): what ``NgramProposer``
-    reads."""
-    config = copy.copy(vllm_config)
-    speculative = copy.copy(vllm_config.speculative_config)
-    speculative.prompt_lookup_min = options["prompt_lookup_min"]
-    speculative.prompt_lookup_max = options["prompt_lookup_max"]
-    config.speculative_config = speculative
-    return config
-
-
 class NgramFront:
     """vLLM's n-gram lookup, consulted before the draft model each step."""
 
-    def __init__(self, lookup, policy, records: RequestRecords):
-        #: vLLM's ``NgramProposer`` (its ``propose``)
-        self._lookup = lookup
+    def __init__(self, match, options, max_model_len: int, policy,
+                 records: RequestRecords):
+        #: vLLM's per-request matcher:
+        #: ``match(tokens, min_n, max_n, max_model_len, k) -> tokens``
+        self._match = match
+        self._min_n = options["prompt_lookup_min"]
+        self._max_n = options["prompt_lookup_max"]
+        self._max_model_len = max_model_len
         self._policy = policy
         self._records = records
         #: req_id -> free draft tokens handed over for the step being verified
         self._free: dict[str, int] = {}
+        #: req_id -> the offer the last step left unverified
+        self._unverified: dict[str, list[int]] = {}
 
     @classmethod
     def for_config(cls, vllm_config, options, policy, records: RequestRecords) -> NgramFront:
-        """The front with vLLM's lookup at ``options``' bounds
-        (``MethodSettings.drafter_options``)."""
+        """The front with vLLM's matcher at ``options``' bounds
+        (``MethodSettings.drafter_options``), compiled before the first step
+        (its first call compiles it, which would land in a timed step)."""
         # imported here: vLLM's lookup loads numba, which a later in-process
         # engine start on the CPU cannot survive (docs/methods.md#drafters),
         # and the draft-model drafter imports this module whatever its drafter
-        from vllm.v1.spec_decode.ngram_proposer import NgramProposer
-        return cls(NgramProposer(_lookup_config(vllm_config, options)), policy, records)
+        from vllm.v1.spec_decode.ngram_proposer import (
+            _find_longest_matched_ngram_and_propose_tokens as match,
+        )
+        max_model_len = vllm_config.model_config.max_model_len
+        match(np.zeros(8, dtype=np.int32), 1, 2, max_model_len, 2)
+        return cls(match, options, max_model_len, policy, records)
+
+    def forget_step(self) -> None:
+        """A step the front did not see (vLLM asked for no draft tokens):
+        what it handed over and left unverified no longer lines up with the
+        next step's tokens."""
+        self._free, self._unverified = {}, {}
 
     # -- 1. teach ---------------------------------------------------------------
     def teach(self, req_ids: Sequence[str], num_draft_tokens: Sequence[int],
@@ -104,36 +126,55 @@ class NgramFront:
         return model_share
 
     # -- 2. look up ------------------------------------------------------------
-    def offers(self, runner, num_speculative_tokens: int, accepted: Sequence[int],
-               next_token_ids: Sequence[int], discarded: Sequence[bool]) -> list[list[int]]:
+    def offers(self, runner, req_ids: Sequence[str], num_speculative_tokens: int,
+               accepted: Sequence[int], next_token_ids: Sequence[int],
+               discarded: Sequence[bool]) -> list[list[int]]:
         """[num_reqs] the lookup's tokens for each request (at most
-        ``num_speculative_tokens``; [] without a match). ``accepted``:
-        [num_reqs] draft tokens accepted this step; ``next_token_ids``:
-        [num_reqs] the token each request just sampled."""
-        num_reqs = len(next_token_ids)
+        ``num_speculative_tokens``; [] without a match), after the last
+        step's unverified offers learnt from what the target emitted.
+        ``accepted``: [num_reqs] draft tokens accepted this step;
+        ``next_token_ids``: [num_reqs] the token each request just sampled."""
         batch = runner.input_batch
-        # [num_reqs] tokens before this step's verification
-        num_tokens = batch.num_tokens_no_spec[:num_reqs].astype(np.int64)
-        lengths = num_tokens + np.asarray(accepted, dtype=np.int64) + 1
-        width = int(lengths.max(initial=1))
-        # [num_reqs, width] each request's tokens after this verification
-        tokens = np.zeros((num_reqs, width), dtype=batch.token_ids_cpu.dtype)
-        for i in range(num_reqs):
-            known = lengths[i] - 1  # the accepted drafts sit after num_tokens already
-            tokens[i, :known] = batch.token_ids_cpu[i, :known]
-            tokens[i, known] = next_token_ids[i]
-        # vLLM's lookup skips a request whose list of sampled tokens is empty
-        sampled = [[] if skip else [1] for skip in discarded]
-        return self._lookup.propose(num_speculative_tokens, sampled,
-                                    lengths.astype(np.int32), tokens)
+        unverified, self._unverified = self._unverified, {}
+        offers = []
+        for i, req_id in enumerate(req_ids):
+            if discarded[i]:
+                offers.append([])
+                continue
+            # the accepted drafts sit after the committed tokens already
+            known = int(batch.num_tokens_no_spec[i]) + accepted[i]
+            context = np.empty(known + 1, dtype=batch.token_ids_cpu.dtype)
+            context[:known] = batch.token_ids_cpu[i, :known]
+            context[known] = next_token_ids[i]
+            if req_id in unverified:
+                emitted = context[known - accepted[i]:].tolist()
+                self._learn_unverified(req_id, unverified[req_id], emitted)
+            offers.append(self._match(context, self._min_n, self._max_n,
+                                      self._max_model_len, num_speculative_tokens).tolist())
+        return offers
+
+    def _learn_unverified(self, req_id: str, offer: list[int], emitted: list[int]) -> None:
+        """What ``offer`` would have earned where the target emitted
+        ``emitted`` (module docstring): ``m + 1`` drafted and ``m`` accepted,
+        or all of it where the offer or the emitted tokens end first."""
+        matched = 0
+        for drafted, token in zip(offer, emitted):
+            if drafted != token:
+                break
+            matched += 1
+        rejected = matched < min(len(offer), len(emitted))
+        self._policy.observe_free_draft(self._records.policy_state(req_id),
+                                        matched + rejected, matched)
 
     # -- 3. choose and merge -----------------------------------------------------
     def choose(self, req_ids: Sequence[str], offers: Sequence[list[int]], batch) -> list[int]:
         """[num_reqs] the free draft tokens each request verifies (0: the
-        draft model's turn), remembered for ``teach``."""
+        draft model's turn), remembered for ``teach``; the offers left
+        unverified, for the next ``offers``."""
         states = [self._records.policy_state(r) for r in req_ids]
         lengths = self._policy.free_draft_lengths(states, [len(o) for o in offers], batch)
         self._free = {r: k for r, k in zip(req_ids, lengths) if k}
+        self._unverified = {r: o for r, o, k in zip(req_ids, offers, lengths) if o and not k}
         return lengths
 
     @staticmethod

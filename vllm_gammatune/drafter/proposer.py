@@ -157,6 +157,8 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
         if runner is None or num_speculative_tokens == 0:
             if self._timer is not None:
                 self._timer.forget_last_step()
+            if self._front is not None:
+                self._front.forget_step()
             return super().propose(num_speculative_tokens, *args, **kwargs)
         start = time.perf_counter()
         req_ids = list(runner.input_batch.req_ids)
@@ -220,7 +222,7 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
         ((offers, [num_reqs] free lengths), that batch)."""
         num_reqs = len(req_ids)
         discarded = self._runner.discard_request_mask.np[:num_reqs].tolist()
-        offers = self._front.offers(self._runner, num_speculative_tokens,
+        offers = self._front.offers(self._runner, req_ids, num_speculative_tokens,
                                     accepted or [0] * num_reqs,
                                     next_token_ids[:num_reqs].tolist(), discarded)
         lengths = self._front.choose(req_ids, offers, batch)
