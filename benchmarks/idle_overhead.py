@@ -33,7 +33,7 @@ from pathlib import Path
 
 from benchmarks import paired
 from gammatune_tools.bench.counters import EngineCounts
-from gammatune_tools.bench.paired import baseline_first, complete_rounds
+from gammatune_tools.bench.paired import ROWS_FILE, baseline_first, complete_rounds
 from gammatune_tools.bench.prompts import load_prompts
 from gammatune_tools.bench.records import read_jsonl
 from gammatune_tools.bench.stats import ratio_interval
@@ -103,7 +103,7 @@ def cpu_summary(rows: list[dict], methods: list[str], num_prompts: int) -> list[
 def write_cpu_summary(out: Path, methods: list[str], num_prompts: int,
                       baseline: str | None) -> Path:
     ordered = baseline_first(methods, baseline)
-    rows = read_jsonl(out / "paired.jsonl") if (out / "paired.jsonl").exists() else []
+    rows = read_jsonl(out / ROWS_FILE)
     summary = cpu_summary(rows, ordered, num_prompts)
     lines = [f"# CPU time per token against `{ordered[0]}` ({out.name})", "",
              "CPU time: user + system seconds of each engine's engine-core and worker "

@@ -45,7 +45,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from gammatune_tools.bench.paired import baseline_first
+from gammatune_tools.bench.paired import ROWS_FILE, baseline_first
 from gammatune_tools.bench.records import read_jsonl
 from gammatune_tools.bench.stats import ratio_interval
 from gammatune_tools.bench.tables import fmt, format_interval
@@ -70,7 +70,7 @@ def read_chain(directories: list[Path]) -> tuple[str, dict[str, list[dict]]]:
     """(the method, static choice -> the ``batch_ratios`` of each of its runs)."""
     methods, by_choice = set(), defaultdict(list)
     for directory in directories:
-        if not ((directory / "context.json").exists() and (directory / "paired.jsonl").exists()):
+        if not ((directory / "context.json").exists() and (directory / ROWS_FILE).exists()):
             raise ValueError(f"--runs: {directory} is not a paired.py run "
                              "(it needs context.json and paired.jsonl)")
         args = json.loads((directory / "context.json").read_text())["args"]
@@ -80,7 +80,7 @@ def read_chain(directories: list[Path]) -> tuple[str, dict[str, list[dict]]]:
                              f"static choice, got engines {engines}")
         choice, method = engines
         methods.add(method)
-        by_choice[choice].append(batch_ratios(read_jsonl(directory / "paired.jsonl"),
+        by_choice[choice].append(batch_ratios(read_jsonl(directory / ROWS_FILE),
                                               method, choice))
     if len(methods) != 1:
         raise ValueError(f"the runs compare different methods ({', '.join(sorted(methods))}); "

@@ -66,8 +66,8 @@ from gammatune_tools.bench.context import read_context, run_context, write_conte
 from gammatune_tools.bench.counters import EngineCounts
 from gammatune_tools.bench.methods import (METHOD_NAMES, engine_k, method_name,
                                            speculative_config, started_with_environment)
-from gammatune_tools.bench.paired import (check_engines, complete_rounds, engine_order,
-                                          write_summary)
+from gammatune_tools.bench.paired import (ROWS_FILE, check_engines, complete_rounds,
+                                          engine_order, write_summary)
 from gammatune_tools.bench.paired_categories import parse_groups, write_category_summary
 from gammatune_tools.bench.plots import plot_pool
 from gammatune_tools.bench.pooling import pool_directories, pool_report
@@ -185,7 +185,7 @@ def main(engine_counts: type[EngineCounts] = EngineCounts) -> None:
 
     target, draft = prepare_pair(target_path=args.target, draft_path=args.draft)
     write_context(out, run_context(args, target, draft))
-    results = out / "paired.jsonl"
+    results = out / ROWS_FILE
     params = SamplingParams(temperature=temperature, max_tokens=args.max_tokens,
                             ignore_eos=True, seed=0)
     warmup_params = SamplingParams(temperature=temperature,

@@ -22,7 +22,7 @@ import argparse
 import json
 from pathlib import Path
 
-from gammatune_tools.bench.context import read_context
+from gammatune_tools.bench.context import read_context, read_contexts
 from gammatune_tools.bench.plots import plot_by_batch, plot_throughput, plot_trace
 from gammatune_tools.bench.records import read_jsonl
 from gammatune_tools.bench.report import build_report
@@ -44,7 +44,7 @@ def main() -> None:
         context = read_context(serve_dir)
     (directory / "report.md").write_text(build_report(rows, context, serve_rows))
     (directory / "results.json").write_text(json.dumps(
-        {"context": context, "contexts": read_jsonl(directory / "contexts.jsonl"),
+        {"context": context, "contexts": read_contexts(directory),
          "cells": rows, "serve_cells": serve_rows}, indent=1))
     try:
         if rows:

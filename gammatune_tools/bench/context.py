@@ -10,7 +10,10 @@ import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
 
-from gammatune_tools.bench.records import append_row
+from gammatune_tools.bench.records import append_row, read_jsonl
+
+#: every run that added cells to a folder, one row each (a resumed run adds one)
+CONTEXTS_FILE = "contexts.jsonl"
 
 #: the checkout the harness runs from (its revision goes into every context)
 REPO = Path(__file__).resolve().parents[2]
@@ -84,7 +87,12 @@ def run_context(args, target: str, draft: str) -> dict:
 def write_context(out: Path, context: dict) -> None:
     """``context.json`` (this run) and ``contexts.jsonl`` (every run that added cells)."""
     (out / "context.json").write_text(json.dumps(context, indent=2))
-    append_row(out / "contexts.jsonl", context)
+    append_row(out / CONTEXTS_FILE, context)
+
+
+def read_contexts(directory: Path) -> list[dict]:
+    """Every run that added cells to a folder (``contexts.jsonl``; [] when none)."""
+    return read_jsonl(directory / CONTEXTS_FILE)
 
 
 def read_context(directory: Path) -> dict:

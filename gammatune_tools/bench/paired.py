@@ -24,6 +24,9 @@ from gammatune_tools.bench.records import read_jsonl
 from gammatune_tools.bench.stats import ratio_interval
 from gammatune_tools.bench.tables import fmt, format_interval, percent
 
+#: a paired run's rows (one per batch, round and method), in its output folder
+ROWS_FILE = "paired.jsonl"
+
 
 def baseline_first(methods: list[str], baseline: str | None) -> list[str]:
     """The summary's order: ``baseline`` (default the first engine) first.
@@ -207,7 +210,7 @@ def paired_report(summary: list[dict], baseline: str, title: str,
 def write_summary(out: Path, methods: list[str], num_prompts: int,
                   baseline: str | None = None) -> Path:
     """``paired.md``; ``methods`` in start order, ``baseline`` default the first."""
-    rows = read_jsonl(out / "paired.jsonl") if (out / "paired.jsonl").exists() else []
+    rows = read_jsonl(out / ROWS_FILE)
     ordered = baseline_first(methods, baseline)
     path = out / "paired.md"
     path.write_text(paired_report(summarize(rows, ordered, num_prompts), ordered[0],

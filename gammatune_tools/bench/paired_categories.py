@@ -30,8 +30,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gammatune_tools.bench.paired import (baseline_first, complete_rounds, num_batches,
-                                          summarize)
+from gammatune_tools.bench.paired import (ROWS_FILE, baseline_first, complete_rounds,
+                                          num_batches, summarize)
 from gammatune_tools.bench.prompts import parse_category_sets
 from gammatune_tools.bench.records import read_jsonl
 from gammatune_tools.bench.tables import fmt, format_interval, percent
@@ -207,7 +207,7 @@ def write_category_summary(out: Path, methods: list[str], categories: list[str],
     ordered = baseline_first(methods, baseline)
     if len(ordered) < 2:
         return None
-    rows = read_jsonl(out / "paired.jsonl") if (out / "paired.jsonl").exists() else []
+    rows = read_jsonl(out / ROWS_FILE)
     summary = category_summary(rows, categories, ordered[-1], ordered[:-1],
                                with_rest(groups or {}, categories))
     if not summary["entries"]:

@@ -10,7 +10,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from gammatune_tools.bench.methods import method_name
-from gammatune_tools.bench.paired import baseline_first, served_rows_as_batches, summarize
+from gammatune_tools.bench.paired import (ROWS_FILE, baseline_first, served_rows_as_batches,
+                                          summarize)
 from gammatune_tools.bench.prompts import load_prompts
 from gammatune_tools.bench.records import read_jsonl
 from gammatune_tools.bench.stats import ratio_interval
@@ -80,7 +81,7 @@ def pool_report(pooled: list[dict]) -> str:
 
 
 def is_served_run(directory: Path) -> bool:
-    return (not (directory / "paired.jsonl").exists()
+    return (not (directory / ROWS_FILE).exists()
             and (directory / "serve_cells.jsonl").exists())
 
 
@@ -107,5 +108,5 @@ def read_run(directory: Path) -> tuple[str, str, list[dict]]:
         return directory.name, ordered[0], summarize(rows, ordered, num_prompts=1)
     num_prompts = len(load_prompts(args["dataset"], args["per_category"], args["split"],
                                    args["limit"]))  # the run's prompt set
-    rows = read_jsonl(directory / "paired.jsonl")
+    rows = read_jsonl(directory / ROWS_FILE)
     return directory.name, ordered[0], summarize(rows, ordered, num_prompts)

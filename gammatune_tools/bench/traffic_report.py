@@ -21,7 +21,7 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-from gammatune_tools.bench.context import read_context
+from gammatune_tools.bench.context import read_context, read_contexts
 from gammatune_tools.bench.records import read_jsonl
 from gammatune_tools.bench.stats import ratio_interval
 from gammatune_tools.bench.tables import fmt, format_interval, percent
@@ -368,6 +368,6 @@ def write_traffic_report(out: Path, choices: list[str], phase_names: list[str],
     plot = draw_plot(out, summary, rows)
     trace = json.loads((out / TRACE_FILE).read_text())
     path = out / REPORT_FILE
-    runs = read_jsonl(out / "contexts.jsonl") if (out / "contexts.jsonl").exists() else []
-    path.write_text(traffic_report(summary, read_context(out), trace, plot, runs))
+    path.write_text(traffic_report(summary, read_context(out), trace, plot,
+                                   read_contexts(out)))
     return path

@@ -53,6 +53,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from vllm_gammatune.drafter.observations import accepted_draft_tokens
 from vllm_gammatune.drafter.request_records import RequestRecords
 from vllm_gammatune.telemetry import trace
 from vllm_gammatune.telemetry.metrics import StepCounters
@@ -114,7 +115,7 @@ class NgramFront:
             drafted = min(drafted, num_draft_tokens[i])
             if drafted <= 0 or valid_counts[i] <= 0:
                 continue
-            accepted = min(drafted, valid_counts[i] - 1)
+            accepted = accepted_draft_tokens(drafted, valid_counts[i])
             state = self._records.policy_state(req_id)
             self._policy.observe_free_draft(state, drafted, accepted)
             if trace.writer() is not None:  # VLLM_GAMMATUNE_TRACE only

@@ -17,6 +17,12 @@ from vllm_gammatune.policies import BatchView, DraftLengthPolicy
 from vllm_gammatune.telemetry import trace
 
 
+def accepted_draft_tokens(num_draft_tokens: int, num_valid: int) -> int:
+    """The draft tokens a verification accepted: ``num_valid`` sampled tokens
+    kept (accepted + 1; 0 if discarded) of ``num_draft_tokens`` verified."""
+    return max(0, min(num_draft_tokens, num_valid - 1))
+
+
 def observe_verifications(policy: DraftLengthPolicy, records: RequestRecords,
                           req_ids: Sequence[str], num_draft_tokens: Sequence[int],
                           valid_counts: Sequence[int]) -> None:
@@ -29,7 +35,7 @@ def observe_verifications(policy: DraftLengthPolicy, records: RequestRecords,
     for req_id, drafted, num_valid in zip(req_ids, num_draft_tokens, valid_counts):
         if drafted <= 0 or num_valid <= 0:
             continue
-        accepted = min(drafted, num_valid - 1)
+        accepted = accepted_draft_tokens(drafted, num_valid)
         state = records.policy_state(req_id)
         if trace.writer() is not None:  # VLLM_GAMMATUNE_TRACE only
             _trace_verification(policy, records, req_id, state, drafted, accepted)

@@ -63,7 +63,10 @@ from vllm_gammatune.drafter.draft_distribution import draft_distribution, propos
 from vllm_gammatune.drafter.draft_step import DraftStep, EveryRequestStopped, plan_draft_step
 from vllm_gammatune.drafter.hot_path import read_on_host, uses_cuda_hot_path
 from vllm_gammatune.drafter.ngram_front import NgramFront
-from vllm_gammatune.drafter.observations import observe_verifications
+from vllm_gammatune.drafter.observations import (
+    accepted_draft_tokens,
+    observe_verifications,
+)
 from vllm_gammatune.drafter.request_records import RequestRecords
 from vllm_gammatune.drafter.step_metrics import attach_step_metrics
 from vllm_gammatune.drafter.step_timing import StepTimer
@@ -171,7 +174,7 @@ class AdaptiveDraftModelProposer(DraftModelProposer):
             # the host path reads the last verification before it plans
             num_draft_tokens, valid_counts = verification[0], verification[1].tolist()
             if self._front is not None:
-                accepted = [max(0, v - 1) if d else 0
+                accepted = [accepted_draft_tokens(d, v)
                             for d, v in zip(num_draft_tokens, valid_counts)]
                 num_draft_tokens = self._front.teach(req_ids, num_draft_tokens,
                                                      valid_counts, self.counters)

@@ -15,7 +15,7 @@ with ``b`` the request's acceptance rate of free drafts, ``a`` its rate of
 the draft model's, ``c_tok`` the cost of one more verified token, ``t_first``
 and ``t_later`` the draft model's passes shared by the ``B`` requests of the
 step, each ``k`` the best for its source (the free one: token ``j`` is kept
-while ``b^j > lambda * c_tok``, as in the planner's ``_lengths_at``). A
+while ``b^j > lambda * c_tok``, the planner's ``paying_length``). A
 request verifies its free draft where ``V_f > 0`` and ``V_f >= V_m``; the
 others are left to the draft model, which the planner then plans with full
 pass costs over those requests alone (a step where every drafting request
@@ -38,24 +38,10 @@ Pure functions; ``[num_reqs]`` lists, in batch order.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
+from vllm_gammatune.policies.cost_aware.planner import accepted_gain, paying_length
 from vllm_gammatune.policies.cost_aware.step_costs import StepCosts
-
-
-def _free_length(rate: float, offer: int, threshold: float) -> int:
-    """The largest ``k <= offer`` with ``rate^k > threshold``."""
-    if offer <= 0 or rate <= threshold:
-        return 0
-    if threshold <= 0.0:
-        return offer
-    return min(offer, max(0, math.ceil(math.log(threshold) / math.log(rate)) - 1))
-
-
-def _gain(rate: float, k: int) -> float:
-    """Accepted draft tokens expected of ``k`` (geometric acceptance)."""
-    return rate * (1.0 - rate ** k) / (1.0 - rate)
 
 
 def free_draft_lengths(costs: StepCosts, free_rates: Sequence[float],
@@ -76,13 +62,13 @@ def free_draft_lengths(costs: StepCosts, free_rates: Sequence[float],
     threshold = ratio * costs.per_token
     lengths = []
     for b, a, offer in zip(free_rates, model_rates, offers):
-        k = _free_length(b, min(offer, max_num_draft_tokens), threshold)
-        value = _gain(b, k) - ratio * costs.per_token * k
+        k = paying_length(b, threshold, min(offer, max_num_draft_tokens))
+        value = accepted_gain(b, k) - ratio * costs.per_token * k
         if k == 0 or value <= 0.0:
             lengths.append(0)
             continue
         model_value = max(
-            (_gain(a, j) - ratio * (costs.per_token * j
+            (accepted_gain(a, j) - ratio * (costs.per_token * j
                                     + (costs.first_pass + (j - 1) * costs.later_pass) / num_reqs)
              for j in range(1, max_num_draft_tokens + 1)),
             default=0.0)

@@ -169,21 +169,32 @@ def best_plan(costs: StepCosts, rates: Sequence[float], catch_up_tokens: Sequenc
     return best
 
 
+def paying_length(rate: float, threshold: float, cap: int) -> int:
+    """The largest ``k <= cap`` whose last token still pays: ``rate^k >
+    threshold`` (0 if none does). Under the geometric model the ``j``-th
+    draft token is accepted with probability ``rate^j``, so a draft goes on
+    while that beats the token's cost in tokens (``threshold``)."""
+    if cap <= 0 or threshold >= rate:
+        return 0
+    if threshold <= 0.0:
+        return cap
+    return min(cap, max(0, math.ceil(math.log(threshold) / math.log(rate)) - 1))
+
+
+def accepted_gain(rate: float, num_draft_tokens: int) -> float:
+    """Accepted draft tokens expected of a draft of ``num_draft_tokens``:
+    ``a (1 - a^k) / (1 - a)`` (``expected_tokens`` less the target's own)."""
+    return rate * (1.0 - rate ** num_draft_tokens) / (1.0 - rate)
+
+
 def _lengths_at(ratio, rates, catch_up, step_cap, limits, per_token, catch_up_per_token):
     """Per request, the length maximising gain - ratio * cost (Dinkelbach),
     at most the step's cap and the request's own limit."""
     lengths, value, cost = [], 0.0, 0.0
     threshold = ratio * per_token  # a^j must exceed this
     for rate, missed, limit in zip(rates, catch_up, limits):
-        cap = min(step_cap, limit)
-        if cap <= 0 or threshold >= rate:
-            k = 0
-        elif threshold <= 0.0:
-            k = cap
-        else:
-            # largest k with rate^k > threshold
-            k = min(cap, max(0, math.ceil(math.log(threshold) / math.log(rate)) - 1))
-        gain = rate * (1.0 - rate ** k) / (1.0 - rate)
+        k = paying_length(rate, threshold, min(step_cap, limit))
+        gain = accepted_gain(rate, k)
         extra = k * per_token + (missed * catch_up_per_token if k else 0.0)
         if k and gain - ratio * extra <= 0.0:
             k, gain, extra = 0, 0.0, 0.0
