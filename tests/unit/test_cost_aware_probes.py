@@ -117,7 +117,9 @@ def test_the_scheduler_probes_the_due_and_the_half_due_within_its_budget():
     refuses a probe step that would lose more than its share."""
     costs = StepCosts(target_now=0.1, per_token=0.01, first_pass=0.1, later_pass=0.02,
                       catch_up_base=0.0, catch_up_per_token=0.001)
-    due, half, early, drafting = (CostAwareState(steps_since_draft=s, probe_interval=4)
+    # requests whose drafts have been verified (a fresh one is due at once)
+    due, half, early, drafting = (CostAwareState(rejections=1.0, steps_since_draft=s,
+                                                 probe_interval=4)
                                   for s in (3, 1, 0, 5))
     states, plan = [due, half, early, drafting], [0, 0, 0, 2]
     scheduler = ProbeScheduler(4, 16, budget=1.0)
@@ -136,7 +138,7 @@ def test_the_scheduler_probes_the_due_and_the_half_due_within_its_budget():
     # counts as full from the first step: the allowance is the budget times
     # 200 steps at the mean predicted step (0.21 s): 0.084 s at 0.002 admits
     # it, 0.042 s at 0.001 does not
-    alone = [CostAwareState(steps_since_draft=3, probe_interval=4)]
+    alone = [CostAwareState(rejections=1.0, steps_since_draft=3, probe_interval=4)]
     admitted = ProbeScheduler(4, 16, budget=0.002).add_probes(alone, [0], True, costs,
                                                               [0.5], ())
     assert admitted.probes == [True]
@@ -170,5 +172,22 @@ def test_a_young_engine_probes_after_a_bad_start():
             missed = 0
         else:
             missed += 1
-    assert kinds[0] == "skip"  # the engine-wide rate alone does not pay
-    assert "probe" in kinds and kinds[-1] == "draft"
+    # the engine-wide rate alone does not pay (a probe, not a draft), and
+    # the request's first decode step probes rather than waiting its interval
+    assert kinds[0] == "probe"
+    assert kinds[1:] == ["draft"] * (len(kinds) - 1)
+
+
+def test_a_fresh_request_probes_at_once_then_at_its_interval():
+    """A request whose draft was never verified probes on its first step at
+    length 0; once a probe is verified (rejected here) it waits its interval,
+    and backs off as before."""
+    p = policy(probe_interval=4, max_probe_interval=16, probe_budget=1.0)
+    trained_states(p, 1, drafted=4, accepted=0)  # the engine's rate: drafting does not pay
+    state, batch, probes = p.new_state(), BatchView(1, 1), []
+    for step in range(30):
+        k = p.plan_batch([state], batch)[0]
+        if k:
+            probes.append(step)
+            p.observe(state, k, 0, batch)
+    assert probes[:4] == [0, 4, 12, 28]

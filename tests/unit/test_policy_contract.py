@@ -60,7 +60,9 @@ def test_cost_aware_declares_timing_and_skipping_and_records_decisions():
                              draft_cost=FixedLinearCost(0.06, 0.0), check_cycles=False)
     assert policy.times_steps and policy.skips_drafts and not policy.learns_per_token
     assert policy.last_decision is None
-    plan = policy.plan_batch([policy.new_state()], BatchView(1, num_scheduled_tokens=1))
+    state = policy.new_state()
+    state.rejections = 1.0  # its draft verified once: no probe due at once
+    plan = policy.plan_batch([state], BatchView(1, num_scheduled_tokens=1))
     decision = policy.last_decision
     assert decision.kind == "skip" and plan == [0] and decision.num_draft_tokens == 0
 

@@ -7,6 +7,13 @@ they share the draft pass. Each further probe without drafting in between
 doubles the request's interval, up to ``max_probe_interval``; drafting for its
 own sake resets it.
 
+A request whose draft has never been verified is due at once. Its rate is
+only the engine's, which the last few requests set: after a hard one (a
+server's bare "Hello" warm-up) it says drafting does not pay at batch 1,
+and the base interval would leave the next request undrafted for its first
+``probe_interval`` steps before its first probe could show otherwise. A fresh request's first probe costs what any probe costs and is
+held to the same tests and budget below.
+
 A probe runs only if some acceptance rate could make drafting pay at the
 step's batch and costs: where even a draft that is always right loses, a
 probe cannot change the decision. That search uses the model alone (no
@@ -95,8 +102,14 @@ class ProbeScheduler:
             self._probe_seconds = max(0.0, self._probe_seconds + lost - predicted_lost)
 
     @staticmethod
-    def is_due(state: CostAwareState, num_draft_tokens: int) -> bool:
-        return num_draft_tokens == 0 and state.steps_since_draft + 1 >= state.probe_interval
+    def _interval(state: CostAwareState) -> int:
+        """Steps at length 0 before the request probes: 1 until its draft
+        has been verified once, its own interval after."""
+        return state.probe_interval if state.accepted or state.rejections else 1
+
+    @classmethod
+    def is_due(cls, state: CostAwareState, num_draft_tokens: int) -> bool:
+        return num_draft_tokens == 0 and state.steps_since_draft + 1 >= cls._interval(state)
 
     def any_due(self, states: list[CostAwareState], plan: list[int]) -> bool:
         return any(self.is_due(s, k) for s, k in zip(states, plan))
@@ -143,7 +156,7 @@ class ProbeScheduler:
         every request at length 0 at least half-way due joins it."""
         if not (may_probe and self.any_due(states, plan)):
             return [False] * len(plan)
-        return [k == 0 and 2 * (s.steps_since_draft + 1) >= s.probe_interval
+        return [k == 0 and 2 * (s.steps_since_draft + 1) >= self._interval(s)
                 for s, k in zip(states, plan)]
 
     def advance(self, states: list[CostAwareState], plan: list[int],
