@@ -52,6 +52,8 @@ def trained_states(p: CostAwarePolicy, num_reqs: int, drafted: int, accepted: in
     for state in states:
         for _ in range(20):
             p.observe(state, drafted, accepted, BatchView(num_reqs))
+        # requests that have drafted: past their first probe (due at once)
+        state.probe_interval = p.probes.probe_interval
     return states
 
 

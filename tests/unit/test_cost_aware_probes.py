@@ -117,9 +117,7 @@ def test_the_scheduler_probes_the_due_and_the_half_due_within_its_budget():
     refuses a probe step that would lose more than its share."""
     costs = StepCosts(target_now=0.1, per_token=0.01, first_pass=0.1, later_pass=0.02,
                       catch_up_base=0.0, catch_up_per_token=0.001)
-    # requests whose drafts have been verified (a fresh one is due at once)
-    due, half, early, drafting = (CostAwareState(rejections=1.0, steps_since_draft=s,
-                                                 probe_interval=4)
+    due, half, early, drafting = (CostAwareState(steps_since_draft=s, probe_interval=4)
                                   for s in (3, 1, 0, 5))
     states, plan = [due, half, early, drafting], [0, 0, 0, 2]
     scheduler = ProbeScheduler(4, 16, budget=1.0)
@@ -138,7 +136,7 @@ def test_the_scheduler_probes_the_due_and_the_half_due_within_its_budget():
     # counts as full from the first step: the allowance is the budget times
     # 200 steps at the mean predicted step (0.21 s): 0.084 s at 0.002 admits
     # it, 0.042 s at 0.001 does not
-    alone = [CostAwareState(rejections=1.0, steps_since_draft=3, probe_interval=4)]
+    alone = [CostAwareState(steps_since_draft=3, probe_interval=4)]
     admitted = ProbeScheduler(4, 16, budget=0.002).add_probes(alone, [0], True, costs,
                                                               [0.5], ())
     assert admitted.probes == [True]

@@ -210,7 +210,7 @@ class CostAwarePolicy(DraftLengthPolicy):
 
     # -- verification --------------------------------------------------------
     def new_state(self) -> CostAwareState:
-        return CostAwareState(probe_interval=self.probes.probe_interval)
+        return CostAwareState()
 
     def observe(
         self,

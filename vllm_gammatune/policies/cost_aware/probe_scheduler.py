@@ -7,12 +7,14 @@ they share the draft pass. Each further probe without drafting in between
 doubles the request's interval, up to ``max_probe_interval``; drafting for its
 own sake resets it.
 
-A request whose draft has never been verified is due at once. Its rate is
-only the engine's, which the last few requests set: after a hard one (a
-server's bare "Hello" warm-up) it says drafting does not pay at batch 1,
-and the base interval would leave the next request undrafted for its first
-``probe_interval`` steps before its first probe could show otherwise. A fresh request's first probe costs what any probe costs and is
-held to the same tests and budget below.
+A new request's first probe is due at once (``CostAwareState``'s
+``probe_interval`` starts at 1), its later ones at the base interval. Its rate is the engine's, which the last
+few requests set, and at most one verification of its own (the step that
+prices a catch-up drafts one token): after a hard request (a server's bare
+"Hello" warm-up) that says drafting does not pay at batch 1, and the base
+interval would leave the next request undrafted for its first
+``probe_interval`` steps before a probe could show otherwise. The first
+probe is held to the same tests and budget as any other.
 
 A probe runs only if some acceptance rate could make drafting pay at the
 step's batch and costs: where even a draft that is always right loses, a
@@ -102,14 +104,8 @@ class ProbeScheduler:
             self._probe_seconds = max(0.0, self._probe_seconds + lost - predicted_lost)
 
     @staticmethod
-    def _interval(state: CostAwareState) -> int:
-        """Steps at length 0 before the request probes: 1 until its draft
-        has been verified once, its own interval after."""
-        return state.probe_interval if state.accepted or state.rejections else 1
-
-    @classmethod
-    def is_due(cls, state: CostAwareState, num_draft_tokens: int) -> bool:
-        return num_draft_tokens == 0 and state.steps_since_draft + 1 >= cls._interval(state)
+    def is_due(state: CostAwareState, num_draft_tokens: int) -> bool:
+        return num_draft_tokens == 0 and state.steps_since_draft + 1 >= state.probe_interval
 
     def any_due(self, states: list[CostAwareState], plan: list[int]) -> bool:
         return any(self.is_due(s, k) for s, k in zip(states, plan))
@@ -156,7 +152,7 @@ class ProbeScheduler:
         every request at length 0 at least half-way due joins it."""
         if not (may_probe and self.any_due(states, plan)):
             return [False] * len(plan)
-        return [k == 0 and 2 * (s.steps_since_draft + 1) >= self._interval(s)
+        return [k == 0 and 2 * (s.steps_since_draft + 1) >= s.probe_interval
                 for s, k in zip(states, plan)]
 
     def advance(self, states: list[CostAwareState], plan: list[int],
@@ -168,6 +164,8 @@ class ProbeScheduler:
                 if state.probing:  # the last probe did not pay: back off
                     state.probe_interval = min(2 * state.probe_interval,
                                                self.max_probe_interval)
+                else:  # a first probe (or one after drafting): the base interval
+                    state.probe_interval = max(state.probe_interval, self.probe_interval)
                 state.probing = True
                 state.steps_since_draft = 0
             elif k > 0:

@@ -28,8 +28,9 @@ class CostAwareState:
     # -- probing (``probe_scheduler``) --
     #: steps since this request last drafted
     steps_since_draft: int = 0
-    #: steps without drafting after which it probes
-    probe_interval: int = 8
+    #: steps without drafting after which it probes: a new request's first
+    #: probe is due at once, later ones at the scheduler's base interval
+    probe_interval: int = 1
     #: True while the last draft was a probe
     probing: bool = False
     # -- the per-token stop (``token_stop``) --
