@@ -196,7 +196,8 @@ PARAMETERS: dict[str, Parameter] = {p.name: p for p in (
         lambda v, r: require_int(
             "probe_interval", v,
             ">= 1 (engine steps at draft length 0 before a request probes)", low=1),
-        "engine steps at draft length 0 before a request probes with one token"),
+        "engine steps at draft length 0 before a request probes with one token "
+        "(a new request's first probe comes at once)"),
     Parameter(
         "probe_budget", DEFAULT_PROBE_BUDGET,
         lambda v, r: require_fraction(

@@ -77,7 +77,8 @@ class CostAwarePolicy(DraftLengthPolicy):
 
     Args:
         max_num_draft_tokens: the cap (vLLM's num_speculative_tokens).
-        probe_interval: steps at length 0 before a request probes with one token.
+        probe_interval: steps at length 0 before a request probes with one
+            token (a new request's first probe comes at once).
         max_probe_interval: the interval's ceiling after backoff.
         memory: weight kept by older acceptance observations per new one.
         prior_weight: pseudo-observations pulling a request's rate toward the
