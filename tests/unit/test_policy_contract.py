@@ -61,7 +61,8 @@ def test_cost_aware_declares_timing_and_skipping_and_records_decisions():
     assert policy.times_steps and policy.skips_drafts and not policy.learns_per_token
     assert policy.last_decision is None
     state = policy.new_state()
-    state.probe_interval = 8  # past its first probe, which a new request makes at once
+    # past its first probe, which a new request makes at once
+    state.probe_interval = policy.probes.probe_interval
     plan = policy.plan_batch([state], BatchView(1, num_scheduled_tokens=1))
     decision = policy.last_decision
     assert decision.kind == "skip" and plan == [0] and decision.num_draft_tokens == 0

@@ -8,13 +8,14 @@ doubles the request's interval, up to ``max_probe_interval``; drafting for its
 own sake resets it.
 
 A new request's first probe is due at once (``CostAwareState``'s
-``probe_interval`` starts at 1), its later ones at the base interval. Its rate is the engine's, which the last
-few requests set, and at most one verification of its own (the step that
-prices a catch-up drafts one token): after a hard request (a server's bare
-"Hello" warm-up) that says drafting does not pay at batch 1, and the base
-interval would leave the next request undrafted for its first
-``probe_interval`` steps before a probe could show otherwise. The first
-probe is held to the same tests and budget as any other.
+``probe_interval`` starts at 1), its later ones at the base interval. Its
+rate is the engine's, which the last few requests set, and at most one
+verification of its own (the step that prices a catch-up drafts one token):
+after a hard request (a server's bare "Hello" warm-up) that says drafting
+does not pay at batch 1, and the base interval would leave the next request
+undrafted for its first ``probe_interval`` steps before a probe could show
+otherwise. The first probe is held to the same tests and budget as any
+other.
 
 A probe runs only if some acceptance rate could make drafting pay at the
 step's batch and costs: where even a draft that is always right loses, a
@@ -39,8 +40,8 @@ every new request's catch-up grows). Once such a step is measured whole (``cycle
 loss replaces the predicted one (``settle``), so probes the model thinks
 cheap but the clock does not are rationed by the clock. Without the budget,
 where drafting never pays (on the 2-core CPU at batch 16 a probe step costs
-about one more target step) every new request restarts probing at the base
-interval, and probing alone costs a few percent of throughput.
+about one more target step) every new request restarts probing (its first
+probe at once), and probing alone costs a few percent of throughput.
 """
 
 from __future__ import annotations
