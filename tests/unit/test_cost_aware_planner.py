@@ -21,7 +21,7 @@ from policy_simulation import (
 
 from vllm_gammatune.policies import BatchView, FixedLinearCost
 from vllm_gammatune.policies.cost_aware.acceptance_rates import expected_tokens
-from vllm_gammatune.policies.cost_aware.planner import catch_up_share
+from vllm_gammatune.policies.cost_aware.planner import best_plan, catch_up_share
 
 
 def brute_force_best(p, states, batch):
@@ -155,9 +155,11 @@ def test_catch_up_is_spread_over_the_requests_remaining_tokens():
     p = policy(target=GPU_TARGET, draft=FixedLinearCost(0.004, 0.001))
     states = trained_states(p, 2, drafted=4, accepted=3)  # rate 0.75
     # 256 tokens left at most 4 a step: 64 steps, a 64th of the catch-up now
-    assert catch_up_share(0.75, 256) == pytest.approx(1 / 64)
-    assert catch_up_share(0.75, 10_000) == catch_up_share(0.75, 256)  # the horizon
-    assert catch_up_share(0.75, 2) == 1.0 == catch_up_share(0.75, None)
+    assert catch_up_share(0.75, 256, 8) == pytest.approx(1 / 64)
+    assert catch_up_share(0.75, 10_000, 8) == catch_up_share(0.75, 256, 8)  # the horizon
+    assert catch_up_share(0.75, 2, 8) == 1.0 == catch_up_share(0.75, None, 8)
+    # a drafted step emits at most the cap + 1 tokens, whatever the rate
+    assert catch_up_share(0.99, 48, 5) == pytest.approx(1 / 8)
 
     def plan(remaining):
         return plan_of(p, states, BatchView(2, 2, catch_up_tokens=(0, 100),
@@ -166,6 +168,50 @@ def test_catch_up_is_spread_over_the_requests_remaining_tokens():
     assert max(plan_of(p, states, BatchView(2, 2))) > 0  # drafting pays, no catch-up
     assert plan(())[1] == 0 and plan((2, 2))[1] == 0  # all of it now: waits
     assert plan((256, 256))[1] > 0  # a long way to go: catches up and drafts
+
+
+def test_catch_up_is_spread_over_the_steps_that_will_draft():
+    """``f``: where requests at this batch size draft on a share ``f`` of
+    their steps, a catch-up is spread over ``f R / (f E + 1 - f)`` steps."""
+    # 48 tokens at rate 0.7 (at most 1/0.3 a step): 14.4 steps drafting
+    # every step; 9 drafting a third of the steps, 2.1 a twentieth
+    assert catch_up_share(0.7, 48, 8) == pytest.approx(1 / (48 * 0.3))
+    assert catch_up_share(0.7, 48, 8, 1 / 3) == pytest.approx((1 / 0.3 / 3 + 2 / 3) / 16)
+    assert catch_up_share(0.7, 48, 8, 0.05) == pytest.approx(
+        (0.05 / 0.3 + 0.95) / (0.05 * 48))
+    assert catch_up_share(0.7, 48, 8, 0.0) == 1.0
+    # in the plan: a catch-up that pays over a request's every remaining
+    # step waits where few of them will draft
+    p = policy(target=GPU_TARGET, draft=FixedLinearCost(0.004, 0.001))
+    states = trained_states(p, 2, drafted=4, accepted=3)
+    batch = BatchView(2, 2, catch_up_tokens=(0, 100), remaining_tokens=(256, 256))
+    rates = [p.acceptance.rate(s) for s in states]
+    costs = p.costs.at(2, 2)
+
+    def plan(share):
+        return best_plan(costs, rates, batch.catch_up_tokens, batch.remaining_tokens,
+                         max_num_draft_tokens=8, drafting_scale=1.0, min_draft_gain=0.05,
+                         drafting_share=share)
+
+    assert plan(1.0)[1] > 0 and plan(0.01)[1] == 0
+
+
+def test_the_share_of_steps_that_draft_is_learnt_per_batch_size_without_catch_ups():
+    """``f`` falls at a batch size where the plans without catch-ups skip,
+    not at another, and not where only the catch-up makes a request wait."""
+    p = policy(target=GPU_TARGET, draft=FixedLinearCost(0.004, 0.001))
+    good = trained_states(p, 2, drafted=4, accepted=4)
+    assert p.free_drafting.at(2) == 1.0
+    for _ in range(10):  # a catch-up too large to pay: the request waits
+        plan = p.plan_batch(good, BatchView(2, 2, catch_up_tokens=(0, 100_000),
+                                            remaining_tokens=(256, 256)))
+        assert plan[0] > 0 and plan[1] == 0
+    assert p.free_drafting.at(2) == 1.0
+    bad = trained_states(p, 3, drafted=4, accepted=0)
+    for _ in range(10):
+        p.plan_batch(bad, BatchView(3, 3))
+        assert p.last_decision.kind != "draft"
+    assert p.free_drafting.at(3) < 0.4 and p.free_drafting.at(2) == 1.0
 
 
 def test_each_request_drafts_at_most_what_its_drafter_offers():

@@ -99,6 +99,23 @@ def test_no_probe_pays_a_catch_up_the_budget_cannot_cover():
     assert drafted_steps(135) == 0
 
 
+def test_no_probe_catches_up_a_prompt_not_even_a_perfect_draft_would_repay():
+    """A new request whose prompt is its catch-up probes at batch 1, where a
+    draft that is always right repays it within the request's remaining
+    tokens; at batch 8 it does not, while the new requests beside it with
+    nothing to catch up probe in the same step."""
+    def first_plan(num_reqs: int, catch_up: int) -> list[int]:
+        p = measured_cpu_policy()
+        states = [p.new_state() for _ in range(num_reqs)]
+        return p.plan_batch(states, BatchView(
+            num_reqs, num_reqs, catch_up_tokens=(0,) * (num_reqs - 1) + (catch_up,),
+            remaining_tokens=(48,) * num_reqs))
+
+    assert first_plan(1, 900) == [1]
+    assert first_plan(8, 100) == [1] * 8
+    assert first_plan(8, 900) == [1] * 7 + [0]
+
+
 def test_probes_the_clock_finds_expensive_are_rationed_by_the_clock():
     """The budget charges a probe what it measured, not what the model said:
     where probe steps take four times the predicted time, fewer of them run."""

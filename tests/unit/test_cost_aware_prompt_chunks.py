@@ -40,12 +40,29 @@ def test_prompt_step_drafts_once_decode_steps_after_prompts_draft():
     for _ in range(8):
         assert p.plan_batch(busy, BatchView(16, 16)) == [0] * 16
     assert max(p.plan_batch(new, long_chunk)) > 0
-    # the decode steps after prompt chunks stop drafting (the batch grew to 16)
+    # p is kept per batch size: a prompt chunk at batch 16 waits (no decode
+    # step after one drafted there), while batch 1 keeps its p
+    busy_chunk = BatchView(16, 16 + 500, has_prefill=True)
     for _ in range(3):
-        p.plan_batch(busy, BatchView(16, 16 + 500, has_prefill=True))
+        assert p.plan_batch(busy, busy_chunk) == [0] * 16
         assert p.plan_batch(busy, BatchView(16, 16)) == [0] * 16
-    assert p.plan_batch(new, long_chunk) == [0]
-    assert p.plan_batch(new, short_chunk) == [0]  # p = 0.42 < 1/2
+    assert max(p.plan_batch(new, long_chunk)) > 0
+    # a batch size whose decode steps after prompt chunks drafted, then stop
+    two = trained_states(p, 2, drafted=4, accepted=3)
+    for _ in range(4):
+        p.plan_batch(two, BatchView(2, 2 + 1, has_prefill=True))
+        assert max(p.plan_batch(two, BatchView(2, 2))) > 0
+    assert p.prompt_chunks.drafts_after_prompt.at(2) > 0.5
+    assert max(p.plan_batch(two, BatchView(2, 2 + 1, has_prefill=True))) > 0
+    for _ in range(3):  # the acceptance collapses: decode steps skip
+        for state in two:
+            p.acceptance.observe(state, 4, 0)
+        p.plan_batch(two, BatchView(2, 2 + 1, has_prefill=True))
+        p.plan_batch(two, BatchView(2, 2))
+        assert p.last_decision.kind != "draft"
+    assert p.prompt_chunks.drafts_after_prompt.at(2) < 0.5
+    assert p.plan_batch(two, BatchView(2, 2 + 1, has_prefill=True)) == [0, 0]
+    assert max(p.plan_batch(new, long_chunk)) > 0
 
 
 def test_prompt_step_prices_then_waits_until_decode_steps_after_prompts_draft():
@@ -82,23 +99,26 @@ def test_a_prompt_chunk_drafts_once_to_price_catch_ups():
 
 def test_p_counts_only_the_decode_steps_right_after_a_prompt_chunk():
     chunks = PromptChunks()
-    assert chunks.waits()  # p = 0: no chunk drafts
-    chunks.step_planned(has_prefill=False, plan=[3])  # no chunk before: no count
-    assert chunks.drafts_after_prompt == 0.0
+    p = chunks.drafts_after_prompt
+    assert chunks.waits(2)  # p = 0: no chunk drafts
+    chunks.step_planned(has_prefill=False, plan=[3, 3])  # no chunk before: no count
+    assert p.at(2) == 0.0
     chunks.step_planned(has_prefill=True, plan=[0])
     chunks.step_planned(has_prefill=False, plan=[2, 0])  # drafted: p = 0.25
-    chunks.step_planned(has_prefill=False, plan=[2])  # not right after one
-    assert chunks.drafts_after_prompt == pytest.approx(0.25)
+    chunks.step_planned(has_prefill=False, plan=[2, 2])  # not right after one
+    assert p.at(2) == pytest.approx(0.25)
     for _ in range(2):
-        chunks.step_planned(has_prefill=True, plan=[0])
-        chunks.step_planned(has_prefill=False, plan=[1])
-    assert chunks.drafts_after_prompt == pytest.approx(1 - 0.75 ** 3)
-    assert not chunks.waits()
+        chunks.step_planned(has_prefill=True, plan=[0, 0])
+        chunks.step_planned(has_prefill=False, plan=[1, 1])
+    assert p.at(2) == pytest.approx(1 - 0.75 ** 3)
+    assert not chunks.waits(2)
     # g > (1 - p) C: with p = 0.58, a chunk of 1 s drafts for a gain of 0.43 s
-    assert chunks.drafts(0.43, 1.0) and not chunks.drafts(0.41, 1.0)
-    chunks.step_planned(has_prefill=True, plan=[0])
+    assert chunks.drafts(0.43, 1.0, 2) and not chunks.drafts(0.41, 1.0, 2)
+    # another batch size has its own p
+    assert chunks.waits(1) and p.at(3) == 0.0 and not chunks.drafts(0.9, 1.0, 3)
+    chunks.step_planned(has_prefill=True, plan=[0, 0])
     chunks.step_planned(has_prefill=False, plan=[0, 0])  # skipped: p falls
-    assert chunks.drafts_after_prompt == pytest.approx(0.75 * (1 - 0.75 ** 3))
+    assert p.at(2) == pytest.approx(0.75 * (1 - 0.75 ** 3))
 
 
 def test_a_price_plan_drafts_every_request_with_nothing_to_catch_up():

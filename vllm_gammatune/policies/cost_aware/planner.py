@@ -35,23 +35,30 @@ predicted gain smaller than its own error.
 Catch-ups. After steps that skip the draft model, a request that drafts
 again first runs the draft over the positions it missed (its catch-up
 tokens). That pass is paid once and serves every later draft of the request,
-so a plan is charged the share of it that its remaining drafting steps leave
-to this one (``catch_up_share``): spread over at most ``remaining_tokens``
-(capped at ``CATCH_UP_HORIZON_TOKENS``) times ``1 - a`` steps, since a draft
-with acceptance rate ``a`` emits at most ``1 / (1 - a)`` tokens a step (the
-fewest steps: the largest share). A request drafts on later steps if its
-drafting pays at the batch without the catch-up: so a plan first finds the
-requests that would draft were nothing to catch up (none: the step skips,
-since a catch-up only adds cost), spreads those requests' catch-ups, and
-charges every other request its catch-up whole. A new request that would
-catch up hundreds of prompt tokens where drafting does not pay (concurrency
-4 on the 2-core CPU: the pass takes 1.5-2.4 s against 0.2 s for a step
-without drafting) thus never catches up; where drafting pays (batch 1), it
-catches up at once, however long the engine went without drafting. (An
-engine-wide share of recent drafted steps in place of that test would be
-self-fulfilling: after a stretch of text where drafting did not pay, every
-new request's prompt would be charged whole and the engine would never
-draft again.)
+so a plan is charged the share of it that the request's remaining drafting
+steps leave to this one (``catch_up_share``). Those steps are counted from
+its remaining tokens (capped at ``CATCH_UP_HORIZON_TOKENS``) and the share
+``f`` of steps in which requests at this batch size would draft were nothing
+to catch up (``drafting_share``, kept per batch size by the policy): of a
+request's remaining steps a share ``f`` drafts and emits at most
+``min(1 / (1 - a), K + 1)`` tokens each (acceptance rate ``a``, cap ``K``:
+the fewest steps, so the largest share), the others one token each. Where
+the server is quiet and drafting pays with a wide margin, ``f`` is near 1
+and a long prompt is caught up at once; at a batch where drafting pays only
+now and then (a busy server on the 2-core CPU, where a drafted step beats a
+skipped one by 10-20% and the next prompt step stops drafting again), the
+few steps that will draft cannot repay hundreds of prompt tokens, and ``f``
+says so. ``f`` is measured on the plans without catch-ups, so it does not
+fulfil itself: a request that waits for its catch-up does not lower it.
+
+Within a step, a plan first finds the requests that would draft were
+nothing to catch up (none: the step skips, since a catch-up only adds
+cost), spreads those requests' catch-ups, and charges every other request
+its catch-up whole. A new request that would catch up hundreds of prompt
+tokens where drafting does not pay (concurrency 4 on the 2-core CPU: the
+pass takes 1.5-2.4 s against 0.2 s for a step without drafting) thus never
+catches up; where drafting pays (batch 1), it catches up at once, however
+long the engine went without drafting.
 
 Pure functions of the step's costs (``StepCosts``), the requests' rates and
 their catch-ups; ``[num_reqs]`` lists, in batch order.
@@ -62,7 +69,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from vllm_gammatune.policies.cost_aware.acceptance_rates import expected_tokens
+from vllm_gammatune.policies.cost_aware.acceptance_rates import MAX_RATE, expected_tokens
 from vllm_gammatune.policies.cost_aware.step_costs import StepCosts
 
 _DINKELBACH_ITERATIONS = 8
@@ -71,14 +78,20 @@ _DINKELBACH_ITERATIONS = 8
 CATCH_UP_HORIZON_TOKENS = 256
 
 
-def catch_up_share(rate: float, remaining_tokens: int | None) -> float:
+def catch_up_share(rate: float, remaining_tokens: int | None, max_num_draft_tokens: int,
+                   drafting_share: float = 1.0) -> float:
     """The share of a drafting request's catch-up its plan is charged now:
-    one over the steps it has left, at most
-    ``min(remaining_tokens, CATCH_UP_HORIZON_TOKENS) * (1 - rate)`` (module
-    docstring). Unknown remaining tokens: all of it now."""
+    one over the steps it will still draft, at most ``f R / (f E + 1 - f)``
+    with ``R = min(remaining_tokens, CATCH_UP_HORIZON_TOKENS)``, ``f`` the
+    ``drafting_share`` and ``E = min(1 / (1 - rate), K + 1)`` the most tokens
+    a drafted step emits (module docstring). Unknown remaining tokens: all
+    of it now."""
     if remaining_tokens is None:
         return 1.0
-    steps = min(remaining_tokens, CATCH_UP_HORIZON_TOKENS) * (1.0 - rate)
+    f = drafting_share
+    most_tokens = min(1.0 / (1.0 - rate), max_num_draft_tokens + 1.0)
+    steps = (f * min(remaining_tokens, CATCH_UP_HORIZON_TOKENS)
+             / (f * most_tokens + 1.0 - f))
     return 1.0 / max(1.0, steps)
 
 
@@ -103,7 +116,8 @@ def predicted_step(costs: StepCosts, rates: Sequence[float], plan: Sequence[int]
 def best_plan(costs: StepCosts, rates: Sequence[float], catch_up_tokens: Sequence[int] = (),
               remaining_tokens: Sequence[int] = (), draft_limits: Sequence[int] = (), *,
               max_num_draft_tokens: int, drafting_scale: float,
-              min_draft_gain: float) -> list[int]:
+              min_draft_gain: float, drafting_share: float = 1.0,
+              free_plan: Sequence[int] | None = None) -> list[int]:
     """The lengths maximising expected tokens per second, 0 for every request
     unless the best plan beats not drafting by ``min_draft_gain``.
 
@@ -116,6 +130,11 @@ def best_plan(costs: StepCosts, rates: Sequence[float], catch_up_tokens: Sequenc
             drafter can offer (``BatchView.draft_limits``), () for the cap.
         drafting_scale: the factor on a drafted plan's tokens per second
             (``CycleCheck.drafting_scale``).
+        drafting_share: ``f``, the share of steps at this batch size in
+            which requests would draft were nothing to catch up (module
+            docstring; 1.0: every remaining step).
+        free_plan: [num_reqs] this step's plan without catch-ups, if the
+            caller has it (None: found here when there are catch-ups).
     """
     num_reqs = len(rates)
     catch_up = list(catch_up_tokens) or [0] * num_reqs
@@ -123,16 +142,18 @@ def best_plan(costs: StepCosts, rates: Sequence[float], catch_up_tokens: Sequenc
     if any(catch_up):
         # A catch-up only adds cost: where no request drafts without one,
         # none drafts with it.
-        free = best_plan(costs, rates, draft_limits=draft_limits,
-                         max_num_draft_tokens=max_num_draft_tokens,
-                         drafting_scale=drafting_scale, min_draft_gain=min_draft_gain)
+        free = list(free_plan) if free_plan is not None else best_plan(
+            costs, rates, draft_limits=draft_limits,
+            max_num_draft_tokens=max_num_draft_tokens,
+            drafting_scale=drafting_scale, min_draft_gain=min_draft_gain)
         if max(free, default=0) == 0:
             return free
         # A catch-up is paid once and serves every later draft of its
-        # request: a request whose drafting pays without its catch-up keeps
-        # drafting after it, and is charged its share; any other is charged
-        # the whole pass.
-        shares = [catch_up_share(rate, remaining) if k else 1.0
+        # request: a request whose drafting pays without its catch-up drafts
+        # on a share of its later steps, and is charged its share of the
+        # pass; any other is charged the whole pass.
+        shares = [catch_up_share(rate, remaining, max_num_draft_tokens, drafting_share)
+                  if k else 1.0
                   for rate, remaining, k in
                   zip(rates, remaining_tokens or [None] * num_reqs, free)]
         catch_up_base_share = max(share for share, missed in zip(shares, catch_up)
@@ -167,6 +188,31 @@ def best_plan(costs: StepCosts, rates: Sequence[float], catch_up_tokens: Sequenc
     if best_ratio < skip_ratio * (1.0 + min_draft_gain):
         return [0] * num_reqs
     return best
+
+
+def probe_ceiling(costs: StepCosts, num_reqs: int, catch_up_tokens: Sequence[int] = (),
+                  remaining_tokens: Sequence[int] = (), draft_limits: Sequence[int] = (), *,
+                  max_num_draft_tokens: int) -> list[int]:
+    """Per request, the length a draft that is always right (``MAX_RATE``)
+    would take, its catch-up spread as if it drafted on every remaining
+    step, where its expected gain beats its cost at the rate of the step
+    without drafting: 0 where not even such a draft repays the request's
+    catch-up (``probe_scheduler``). The model alone, no measured correction.
+
+    Args:
+        catch_up_tokens, remaining_tokens, draft_limits: [num_reqs], () for
+            none, unknown, the cap (as ``best_plan``).
+    """
+    if costs.target_now <= 0.0:
+        return [0] * num_reqs
+    remaining = list(remaining_tokens) or [None] * num_reqs
+    catch_up = [missed * catch_up_share(MAX_RATE, left, max_num_draft_tokens)
+                for missed, left in zip(list(catch_up_tokens) or [0] * num_reqs, remaining)]
+    lengths, _, _ = _lengths_at(num_reqs / costs.target_now, [MAX_RATE] * num_reqs, catch_up,
+                                max_num_draft_tokens,
+                                list(draft_limits) or [max_num_draft_tokens] * num_reqs,
+                                costs.per_token, costs.catch_up_per_token)
+    return lengths
 
 
 def paying_length(rate: float, threshold: float, cap: int) -> int:

@@ -49,6 +49,7 @@ from collections.abc import Sequence
 
 from vllm_gammatune.policies.base import BatchView, DraftLengthPolicy
 from vllm_gammatune.policies.cost_aware.acceptance_rates import MAX_RATE, AcceptanceRates
+from vllm_gammatune.policies.cost_aware.batch_shares import BatchShares
 from vllm_gammatune.policies.cost_aware.cycle_check import CycleCheck
 from vllm_gammatune.policies.cost_aware.decision import (
     DraftingShare,
@@ -60,7 +61,11 @@ from vllm_gammatune.policies.cost_aware.linear_costs import (
     BatchLocalLinearCost,
     FixedLinearCost,
 )
-from vllm_gammatune.policies.cost_aware.planner import best_plan, predicted_step
+from vllm_gammatune.policies.cost_aware.planner import (
+    best_plan,
+    predicted_step,
+    probe_ceiling,
+)
 from vllm_gammatune.policies.cost_aware.probe_scheduler import ProbeScheduler
 from vllm_gammatune.policies.cost_aware.prompt_chunks import (
     PromptChunks,
@@ -70,6 +75,10 @@ from vllm_gammatune.policies.cost_aware.prompt_chunks import (
 from vllm_gammatune.policies.cost_aware.request_state import CostAwareState
 from vllm_gammatune.policies.cost_aware.step_costs import CostFits, StepCosts
 from vllm_gammatune.policies.cost_aware.token_stop import TokenPrices, TokenStop
+
+#: weight kept by ``f`` (``free_drafting``) per decode step at its batch size
+#: (a window of about 10 steps: a busy phase's first steps teach it)
+_FREE_DRAFTING_MEMORY = 0.9
 
 
 class CostAwarePolicy(DraftLengthPolicy):
@@ -137,6 +146,9 @@ class CostAwarePolicy(DraftLengthPolicy):
         self.free_acceptance = AcceptanceRates(memory, prior_weight)
         self.probes = ProbeScheduler(probe_interval, max_probe_interval, probe_budget)
         self.prompt_chunks = PromptChunks()
+        #: ``f`` per batch size: the share of requests a decode step's plan
+        #: without catch-ups drafts (``planner.catch_up_share``)
+        self.free_drafting = BatchShares(_FREE_DRAFTING_MEMORY, initial=1.0)
         self.token_stop = TokenStop(token_stop)
         self.drafting = DraftingShare()
         #: what the last ``plan_batch`` chose, for ``last_decision``
@@ -301,17 +313,23 @@ class CostAwarePolicy(DraftLengthPolicy):
         if batch.has_prefill:
             plan = self._prompt_step_plan(rates, batch, scale)
         else:
-            plan = self._best_plan(costs, rates, batch, scale)
+            plan = self._decode_step_plan(costs, rates, batch, scale)
         self.prompt_chunks.step_planned(batch.has_prefill, plan)
         self.drafting.count(plan)
         # 5. probes: none while a prompt chunk waits, none where even a
-        # draft that is always right would not pay (probe_scheduler)
+        # draft that is always right would not pay, and none for a request
+        # whose catch-up not even such a draft would repay (probe_scheduler)
         deferred = batch.has_prefill and max(plan, default=0) == 0
-        may_probe = not deferred and (max(plan) > 0 or (
-            self.probes.any_due(states, plan)
-            and max(self._best_plan(costs, [MAX_RATE] * num_reqs, batch, 1.0)) > 0))
-        probed = self.probes.add_probes(states, plan, may_probe, costs, rates,
-                                        batch.catch_up_tokens, batch.draft_limits)
+        if deferred or not self.probes.any_due(states, plan) or (
+                max(plan) == 0
+                and max(self._best_plan(costs, [MAX_RATE] * num_reqs, batch, 1.0)) == 0):
+            probe_limits = [0] * num_reqs
+        else:
+            probe_limits = probe_ceiling(costs, num_reqs, batch.catch_up_tokens,
+                                         batch.remaining_tokens, batch.draft_limits,
+                                         max_num_draft_tokens=self.max_num_draft_tokens)
+        probed = self.probes.add_probes(states, plan, max(probe_limits) > 0, costs, rates,
+                                        batch.catch_up_tokens, probe_limits)
         self.probes.advance(states, plan, probed.probes)
         # 6. this plan's cycle, to be measured; not a cycle with free drafts,
         # whose verification the plan's prediction does not hold
@@ -332,10 +350,27 @@ class CostAwarePolicy(DraftLengthPolicy):
         return lengths
 
     def _best_plan(self, costs: StepCosts, rates: list[float], batch: BatchView,
-                   drafting_scale: float) -> list[int]:
+                   drafting_scale: float, drafting_share: float = 1.0,
+                   free_plan: list[int] | None = None) -> list[int]:
         return best_plan(costs, rates, batch.catch_up_tokens, batch.remaining_tokens,
                          batch.draft_limits, max_num_draft_tokens=self.max_num_draft_tokens,
+                         drafting_scale=drafting_scale, min_draft_gain=self.min_draft_gain,
+                         drafting_share=drafting_share, free_plan=free_plan)
+
+    def _decode_step_plan(self, costs: StepCosts, rates: list[float], batch: BatchView,
+                          drafting_scale: float) -> list[int]:
+        """A decode step: the plan without catch-ups is a sample of ``f`` at
+        this batch size, which spreads the catch-ups of the plan with them
+        (``planner``)."""
+        num_reqs = len(rates)
+        free = best_plan(costs, rates, draft_limits=batch.draft_limits,
+                         max_num_draft_tokens=self.max_num_draft_tokens,
                          drafting_scale=drafting_scale, min_draft_gain=self.min_draft_gain)
+        self.free_drafting.add(num_reqs, sum(k > 0 for k in free) / num_reqs)
+        if not any(batch.catch_up_tokens):
+            return free
+        return self._best_plan(costs, rates, batch, drafting_scale,
+                               self.free_drafting.at(num_reqs), free)
 
     def _prompt_step_plan(self, rates: list[float], batch: BatchView,
                           drafting_scale: float) -> list[int]:
@@ -343,18 +378,20 @@ class CostAwarePolicy(DraftLengthPolicy):
         beats the chunk's draft prefill weighed by the chance the request
         drafts later anyway (``prompt_chunks``: ``g > (1 - p) C``)."""
         num_reqs = len(rates)
-        if self.prompt_chunks.waits():
+        if self.prompt_chunks.waits(num_reqs):
             return [0] * num_reqs  # most requests do not draft later: wait
         # lengths as in a decode step: the first pass over one token each
         decode_costs = self.costs.at(num_reqs, num_reqs)
-        plan = self._best_plan(decode_costs, rates, batch, drafting_scale)
+        plan = self._best_plan(decode_costs, rates, batch, drafting_scale,
+                               self.free_drafting.at(num_reqs))
         if max(plan, default=0) == 0:
             return plan
         catch_up_line = self.costs.catch_up_line(num_reqs)
         assert catch_up_line is not None, "plan_batch prices catch-ups first"
         gain = draft_gain(decode_costs, rates, plan, batch.catch_up_tokens, drafting_scale)
         chunk_seconds = catch_up_line[1] * max(0, batch.num_scheduled_tokens - num_reqs)
-        return plan if self.prompt_chunks.drafts(gain, chunk_seconds) else [0] * num_reqs
+        return (plan if self.prompt_chunks.drafts(gain, chunk_seconds, num_reqs)
+                else [0] * num_reqs)
 
     def _ruled_lengths(self, states: list[CostAwareState], batch: BatchView,
                        rates: list[float], costs: StepCosts, drafting_scale: float,

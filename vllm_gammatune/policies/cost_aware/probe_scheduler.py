@@ -17,13 +17,17 @@ undrafted for its first ``probe_interval`` steps before a probe could show
 otherwise. The first probe is held to the same tests and budget as any
 other.
 
-A probe runs only if some acceptance rate could make drafting pay at the
-step's batch and costs: where even a draft that is always right loses, a
-probe cannot change the decision. That search uses the model alone (no
-measured correction), so that the correction cannot stop the measurements
-that correct it. A step whose prompt chunk waits (``prompt_chunks``) runs no
-probe either. The policy weighs both before it asks for probes
-(``may_probe``).
+A request probes only if some acceptance rate could make its drafting pay at
+the step's batch and costs, its catch-up included: where even a draft that
+is always right loses, a probe cannot change the decision. On a busy server
+a new request's prompt is its catch-up, and at a batch where a drafted step
+beats a skipped one by little, a probe that catches up a long prompt costs
+several skipped steps to learn one token's acceptance. That search uses the model alone (no measured correction), so
+that the correction cannot stop the measurements that correct it, and
+spreads each catch-up as if the request drafted on all its remaining steps.
+A step whose prompt chunk waits (``prompt_chunks``) runs no probe either.
+The policy weighs both before it asks for probes (the ``draft_limits`` of
+``add_probes``).
 
 Budget. A probe in a step that drafts anyway shares its passes and costs
 little; one that makes a step draft which otherwise would not is held to a
@@ -116,7 +120,8 @@ class ProbeScheduler:
                    catch_up_tokens: Sequence[int],
                    draft_limits: Sequence[int] = ()) -> ProbedPlan:
         """The plan with its probes (none unless ``may_probe``; none for a
-        request whose drafter has nothing to offer, ``draft_limits`` 0),
+        request whose ``draft_limits`` is 0: its drafter has nothing to
+        offer, or not even a draft that is always right would pay),
         priced at ``costs``; charges the budget."""
         probes = self._probe_mask(states, plan, may_probe)
         if draft_limits:

@@ -20,10 +20,14 @@ chance ``p`` that the request drafts later anyway:
     draft now  iff  C - g < p * C,  i.e.  g > (1 - p) * C
 
 with ``p`` the decayed share of the decode steps right after a prompt chunk
-that drafted for their own sake (probes do not count).
+that drafted for their own sake (probes do not count), kept per batch size
+(``batch_shares``): whether a request drafts after its prompt depends on the
+batch it decodes in, and a ``p`` learnt while the server was quiet would
+draft the prompts of a busy batch whose decode steps then skip.
 
-- ``p`` starts at 0: a prompt chunk drafts only once decode steps after
-  earlier chunks, charged the chunk as a catch-up, have drafted. At 1 the
+- ``p`` starts at 0 at each batch size: a prompt chunk drafts only once
+  decode steps after earlier chunks at that batch size, charged the chunk
+  as a catch-up, have drafted. At 1 the
   rule fulfils itself: with every chunk drafted no decode step has a
   catch-up to weigh, so batches of 4 draft on their decode steps too and
   keep ``p`` at 1 (on the 2-core CPU the draft's prefill of their prompts
@@ -50,6 +54,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from vllm_gammatune.policies.cost_aware.batch_shares import BatchShares
 from vllm_gammatune.policies.cost_aware.planner import predicted_step
 from vllm_gammatune.policies.cost_aware.step_costs import StepCosts
 
@@ -77,29 +82,29 @@ def draft_gain(decode_costs: StepCosts, rates: Sequence[float], plan: Sequence[i
 
 
 class PromptChunks:
-    """``p``, and whether the last planned step had a prompt chunk."""
+    """``p`` per batch size, and whether the last planned step had a prompt
+    chunk."""
 
     def __init__(self):
         #: decayed share of the decode steps right after a prompt chunk that
-        #: drafted for their own sake (``p``)
-        self.drafts_after_prompt = 0.0
+        #: drafted for their own sake (``p``), per batch size
+        self.drafts_after_prompt = BatchShares(_AFTER_PROMPT_MEMORY, initial=0.0)
         self._after_prompt = False
 
-    def waits(self) -> bool:
-        """No prompt chunk drafts, however short (``p < 1/2``)."""
-        return self.drafts_after_prompt < _MIN_DRAFTS_AFTER_PROMPT
+    def waits(self, batch_size: int) -> bool:
+        """No prompt chunk drafts at this batch size, however short
+        (``p < 1/2``)."""
+        return self.drafts_after_prompt.at(batch_size) < _MIN_DRAFTS_AFTER_PROMPT
 
-    def drafts(self, gain: float, chunk_seconds: float) -> bool:
+    def drafts(self, gain: float, chunk_seconds: float, batch_size: int) -> bool:
         """A chunk whose decode-step plan drafts: ``g > (1 - p) C``
         (``chunk_seconds`` is ``C``); always once ``p`` reached 1."""
-        p = self.drafts_after_prompt
+        p = self.drafts_after_prompt.at(batch_size)
         return p >= 1.0 or gain > (1.0 - p) * chunk_seconds
 
     def step_planned(self, has_prefill: bool, plan: Sequence[int]) -> None:
         """A step was planned (before its probes): a decode step right after
-        a prompt chunk updates ``p``."""
+        a prompt chunk updates ``p`` at its batch size."""
         if not has_prefill and self._after_prompt:
-            m = _AFTER_PROMPT_MEMORY
-            self.drafts_after_prompt = (m * self.drafts_after_prompt
-                                        + (1.0 - m) * (max(plan, default=0) > 0))
+            self.drafts_after_prompt.add(len(plan), float(max(plan, default=0) > 0))
         self._after_prompt = has_prefill

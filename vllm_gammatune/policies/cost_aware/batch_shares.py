@@ -1,0 +1,33 @@
+"""Decayed shares kept apart per batch size.
+
+Whether a request drafts depends on the batch it runs in: on the 2-core CPU
+drafting pays at batch 1 with a wide margin and at batch 8 with a thin one.
+A share learnt while the server was quiet says little about a busy batch, so
+the shares the policy weighs its catch-ups and prompt chunks by
+(``planner.catch_up_share``, ``prompt_chunks``) are kept per batch size, as
+the clock's check keeps its sums (``cycle_check``). Pure Python.
+"""
+
+from __future__ import annotations
+
+
+class BatchShares:
+    """A decayed share in [0, 1] per batch size.
+
+    Args:
+        memory: weight kept by the older samples of a batch size per new one.
+        initial: the share of a batch size before its first sample.
+    """
+
+    def __init__(self, memory: float, initial: float):
+        self.memory = memory
+        self.initial = initial
+        #: batch size -> share
+        self._shares: dict[int, float] = {}
+
+    def at(self, batch_size: int) -> float:
+        return self._shares.get(batch_size, self.initial)
+
+    def add(self, batch_size: int, sample: float) -> None:
+        m = self.memory
+        self._shares[batch_size] = m * self.at(batch_size) + (1.0 - m) * sample
