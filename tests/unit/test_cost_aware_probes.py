@@ -14,6 +14,7 @@ from policy_simulation import (
 )
 
 from vllm_gammatune.policies import BatchView, FixedLinearCost
+from vllm_gammatune.policies.cost_aware.planner import probe_ceiling
 from vllm_gammatune.policies.cost_aware.probe_scheduler import ProbeScheduler
 from vllm_gammatune.policies.cost_aware.request_state import CostAwareState
 from vllm_gammatune.policies.cost_aware.step_costs import StepCosts
@@ -114,6 +115,27 @@ def test_no_probe_catches_up_a_prompt_not_even_a_perfect_draft_would_repay():
     assert first_plan(1, 900) == [1]
     assert first_plan(8, 100) == [1] * 8
     assert first_plan(8, 900) == [1] * 7 + [0]
+
+
+def test_a_probe_ceiling_charges_a_share_of_the_draft_passes():
+    """``probe_ceiling``: a request's share of the step's draft passes counts.
+    On costs like those measured at batch 8 on a 2-core CPU (a draft pass
+    0.4 of a target step), a perfect draft repays a 300-token prompt, not an
+    880-token one; alone at batch 1 it repays both."""
+    busy = StepCosts(target_now=0.176, per_token=0.0026, first_pass=0.069,
+                     later_pass=0.066, catch_up_base=0.0, catch_up_per_token=0.00068)
+    ceiling = probe_ceiling(busy, 8, (0, 300, 880) + (0,) * 5, (48,) * 8,
+                            max_num_draft_tokens=8)
+    assert ceiling[0] > 0 and ceiling[1] > 0 and ceiling[2] == 0
+    # without its share of the passes, the 880-token prompt would pass too
+    no_passes = StepCosts(target_now=0.176, per_token=0.0026, first_pass=0.0,
+                          later_pass=0.0, catch_up_base=0.0, catch_up_per_token=0.00068)
+    assert probe_ceiling(no_passes, 8, (880,) + (0,) * 7, (48,) * 8,
+                         max_num_draft_tokens=8)[0] > 0
+    quiet = StepCosts(target_now=0.17, per_token=0.003, first_pass=0.03, later_pass=0.03,
+                      catch_up_base=0.0, catch_up_per_token=0.00068)
+    assert probe_ceiling(quiet, 1, (880,), (48,), max_num_draft_tokens=8) == [8]
+    assert probe_ceiling(quiet, 1, (880,), (48,), (3,), max_num_draft_tokens=8) == [3]
 
 
 def test_probes_the_clock_finds_expensive_are_rationed_by_the_clock():

@@ -11,6 +11,8 @@ parts it owns, one module each:
   each request's share of a catch-up (pure functions);
 - ``probe_scheduler``: which requests at length 0 probe, within a budget;
 - ``prompt_chunks``: when a step with a prompt chunk drafts;
+- ``batch_shares``: shares kept per batch size (the prompt-chunk rule's and
+  the catch-up share's);
 - ``token_stop`` and ``token_acceptance``: the per-token stop and the
   estimate of each draft token's acceptance it rests on;
 - ``decision``: the record of each step's decision, for traces;

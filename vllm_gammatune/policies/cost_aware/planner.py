@@ -193,11 +193,13 @@ def best_plan(costs: StepCosts, rates: Sequence[float], catch_up_tokens: Sequenc
 def probe_ceiling(costs: StepCosts, num_reqs: int, catch_up_tokens: Sequence[int] = (),
                   remaining_tokens: Sequence[int] = (), draft_limits: Sequence[int] = (), *,
                   max_num_draft_tokens: int) -> list[int]:
-    """Per request, the length a draft that is always right (``MAX_RATE``)
-    would take, its catch-up spread as if it drafted on every remaining
-    step, where its expected gain beats its cost at the rate of the step
-    without drafting: 0 where not even such a draft repays the request's
-    catch-up (``probe_scheduler``). The model alone, no measured correction.
+    """Per request, the length at which a draft that is always right
+    (``MAX_RATE``) would pay most for itself at the rate of the step without
+    drafting, 0 where no length does: its tokens against its verification,
+    its share of the step's draft passes (as if every request drafted as
+    long: a ``1 / num_reqs`` share) and its catch-up, spread as if it drafted
+    on every remaining step (``probe_scheduler``). The model alone, no
+    measured correction.
 
     Args:
         catch_up_tokens, remaining_tokens, draft_limits: [num_reqs], () for
@@ -205,13 +207,21 @@ def probe_ceiling(costs: StepCosts, num_reqs: int, catch_up_tokens: Sequence[int
     """
     if costs.target_now <= 0.0:
         return [0] * num_reqs
-    remaining = list(remaining_tokens) or [None] * num_reqs
-    catch_up = [missed * catch_up_share(MAX_RATE, left, max_num_draft_tokens)
-                for missed, left in zip(list(catch_up_tokens) or [0] * num_reqs, remaining)]
-    lengths, _, _ = _lengths_at(num_reqs / costs.target_now, [MAX_RATE] * num_reqs, catch_up,
-                                max_num_draft_tokens,
-                                list(draft_limits) or [max_num_draft_tokens] * num_reqs,
-                                costs.per_token, costs.catch_up_per_token)
+    ratio = num_reqs / costs.target_now  # tokens per second without drafting
+    lengths = []
+    for missed, left, limit in zip(list(catch_up_tokens) or [0] * num_reqs,
+                                   list(remaining_tokens) or [None] * num_reqs,
+                                   list(draft_limits) or [max_num_draft_tokens] * num_reqs):
+        catch_up = (0.0 if not missed else catch_up_share(MAX_RATE, left, max_num_draft_tokens)
+                    * (costs.catch_up_base + costs.catch_up_per_token * missed))
+        best_length, best_net = 0, 0.0
+        for k in range(1, min(limit, max_num_draft_tokens) + 1):
+            passes = (costs.first_pass + (k - 1) * costs.later_pass) / num_reqs
+            net = accepted_gain(MAX_RATE, k) - ratio * (
+                k * costs.per_token + passes + catch_up)
+            if net > best_net:
+                best_length, best_net = k, net
+        lengths.append(best_length)
     return lengths
 
 
