@@ -77,7 +77,9 @@ from vllm_gammatune.policies.cost_aware.step_costs import CostFits, StepCosts
 from vllm_gammatune.policies.cost_aware.token_stop import TokenPrices, TokenStop
 
 #: weight kept by ``f`` (``free_drafting``) per decode step at its batch size
-#: (a window of about 10 steps: a busy phase's first steps teach it)
+#: (a window of about 10 steps: a busy phase's first steps teach it); ``f``
+#: starts at 0, so the first steps at a batch size spread no catch-up until
+#: their plans have shown that requests there draft
 _FREE_DRAFTING_MEMORY = 0.9
 
 
@@ -148,7 +150,7 @@ class CostAwarePolicy(DraftLengthPolicy):
         self.prompt_chunks = PromptChunks()
         #: ``f`` per batch size: the share of requests a decode step's plan
         #: without catch-ups drafts (``planner.catch_up_share``)
-        self.free_drafting = BatchShares(_FREE_DRAFTING_MEMORY, initial=1.0)
+        self.free_drafting = BatchShares(_FREE_DRAFTING_MEMORY, initial=0.0)
         self.token_stop = TokenStop(token_stop)
         self.drafting = DraftingShare()
         #: what the last ``plan_batch`` chose, for ``last_decision``
