@@ -196,9 +196,10 @@ def probe_ceiling(costs: StepCosts, num_reqs: int, catch_up_tokens: Sequence[int
     """Per request, the length at which a draft that is always right
     (``MAX_RATE``) would pay most for itself at the rate of the step without
     drafting, 0 where no length does: its tokens against its verification,
-    its share of the step's draft passes (as if every request drafted as
-    long: a ``1 / num_reqs`` share) and its catch-up, spread as if it drafted
-    on every remaining step (``probe_scheduler``). The model alone, no
+    its share of the step's draft passes and of the catch-up pass's base (as
+    if every request drafted as long: a ``1 / num_reqs`` share) and its
+    catch-up tokens, spread as if it drafted on every remaining step
+    (``probe_scheduler``). The model alone, no
     measured correction.
 
     Args:
@@ -212,8 +213,9 @@ def probe_ceiling(costs: StepCosts, num_reqs: int, catch_up_tokens: Sequence[int
     for missed, left, limit in zip(list(catch_up_tokens) or [0] * num_reqs,
                                    list(remaining_tokens) or [None] * num_reqs,
                                    list(draft_limits) or [max_num_draft_tokens] * num_reqs):
+        # the catch-up pass's base, like the draft passes, is shared by the batch
         catch_up = (0.0 if not missed else catch_up_share(MAX_RATE, left, max_num_draft_tokens)
-                    * (costs.catch_up_base + costs.catch_up_per_token * missed))
+                    * (costs.catch_up_base / num_reqs + costs.catch_up_per_token * missed))
         best_length, best_net = 0, 0.0
         for k in range(1, min(limit, max_num_draft_tokens) + 1):
             passes = (costs.first_pass + (k - 1) * costs.later_pass) / num_reqs
