@@ -199,8 +199,7 @@ def probe_ceiling(costs: StepCosts, num_reqs: int, catch_up_tokens: Sequence[int
     its share of the step's draft passes and of the catch-up pass's base (as
     if every request drafted as long: a ``1 / num_reqs`` share) and its
     catch-up tokens, spread as if it drafted on every remaining step
-    (``probe_scheduler``). The model alone, no
-    measured correction.
+    (``probe_scheduler``). The model alone, no measured correction.
 
     Args:
         catch_up_tokens, remaining_tokens, draft_limits: [num_reqs], () for
@@ -216,14 +215,16 @@ def probe_ceiling(costs: StepCosts, num_reqs: int, catch_up_tokens: Sequence[int
         # the catch-up pass's base, like the draft passes, is shared by the batch
         catch_up = (0.0 if not missed else catch_up_share(MAX_RATE, left, max_num_draft_tokens)
                     * (costs.catch_up_base / num_reqs + costs.catch_up_per_token * missed))
-        best_length, best_net = 0, 0.0
-        for k in range(1, min(limit, max_num_draft_tokens) + 1):
-            passes = (costs.first_pass + (k - 1) * costs.later_pass) / num_reqs
-            net = accepted_gain(MAX_RATE, k) - ratio * (
-                k * costs.per_token + passes + catch_up)
-            if net > best_net:
-                best_length, best_net = k, net
-        lengths.append(best_length)
+        cap = min(limit, max_num_draft_tokens)
+        # each token after the first adds MAX_RATE^k for one more verified
+        # position and a later pass's share: the net is largest at the last
+        # length whose token still pays (at least 1), if positive there
+        k = max(1, paying_length(MAX_RATE, ratio * (costs.per_token
+                                                    + costs.later_pass / num_reqs), cap))
+        net = accepted_gain(MAX_RATE, k) - ratio * (
+            k * costs.per_token + (costs.first_pass + (k - 1) * costs.later_pass) / num_reqs
+            + catch_up)
+        lengths.append(k if cap > 0 and net > 0.0 else 0)
     return lengths
 
 

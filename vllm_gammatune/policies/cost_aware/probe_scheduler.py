@@ -22,9 +22,10 @@ the step's batch and costs, its catch-up included: where even a draft that
 is always right loses, a probe cannot change the decision. On a busy server
 a new request's prompt is its catch-up, and at a batch where a drafted step
 beats a skipped one by little, a probe that catches up a long prompt costs
-several skipped steps to learn one token's acceptance. That search uses the model alone (no measured correction), so
-that the correction cannot stop the measurements that correct it, and
-spreads each catch-up as if the request drafted on all its remaining steps.
+several skipped steps to learn one token's acceptance. That search uses the
+model alone (no measured correction), so that the correction cannot stop the
+measurements that correct it, and spreads each catch-up as if the request
+drafted on all its remaining steps.
 A step whose prompt chunk waits (``prompt_chunks``) runs no probe either.
 The policy weighs both before it asks for probes (the ``draft_limits`` of
 ``add_probes``).
