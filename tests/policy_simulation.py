@@ -83,7 +83,8 @@ def plan_of(p: CostAwarePolicy, states, batch: BatchView, rates=None,
                      p.acceptance.rates(states) if rates is None else rates,
                      batch.catch_up_tokens, batch.remaining_tokens,
                      max_num_draft_tokens=p.max_num_draft_tokens,
-                     drafting_scale=drafting_scale, min_draft_gain=p.min_draft_gain)
+                     drafting_scale=drafting_scale, min_draft_gain=p.min_draft_gain,
+                     keep_pace=p.keep_pace)
 
 
 def predicted_of(p: CostAwarePolicy, rates, batch: BatchView, plan) -> tuple[float, float]:

@@ -44,10 +44,12 @@ def test_a_catch_up_is_spread_whenever_drafting_pays_without_it():
     after a long stretch where the engine drafted nothing (an engine-wide
     share of drafted steps would charge it whole and lock drafting out for
     good); where drafting does not pay even without the catch-up, the step
-    skips."""
+    skips. Without the pace rule, under which the other requests wait through
+    the catch-up whole (``test_cost_aware_pace``)."""
     # a 50 ms target step; a 300-token catch-up costs 65 ms, ~1 ms per step
     # when spread over the ~64 steps a request with rate 0.75 has left
-    p = policy(target=FixedLinearCost(0.05, 0.0005), draft=FixedLinearCost(0.005, 0.0002))
+    p = policy(target=FixedLinearCost(0.05, 0.0005), draft=FixedLinearCost(0.005, 0.0002),
+               keep_pace=False)
     good = trained_states(p, 3, drafted=4, accepted=3)
     lagging = BatchView(3, 3, catch_up_tokens=(0, 0, 300), remaining_tokens=(256,) * 3)
     assert min(plan_of(p, good, lagging)) > 0  # spread over ~64 drafted steps

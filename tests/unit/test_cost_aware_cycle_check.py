@@ -96,13 +96,13 @@ def test_drafting_scale_compares_drafted_with_skipped_cycles():
 
 
 def test_measured_cycles_overrule_a_model_that_flatters_drafting():
-    # the check alone: no margin on the predicted gain
-    honest = policy(min_draft_gain=0.0)
+    # the check alone: no margin on the predicted gain, no pace rule
+    honest = policy(min_draft_gain=0.0, keep_pace=False)
     plans = simulate(honest, 4, 200, rate=0.93, drafted_step_slowdown=1.0)
     assert sum(max(plan) > 0 for plan in plans[50:]) > 0.9 * 150  # drafting pays here
     assert 0.8 < honest.cycle_check.drafting_scale(4) < 1.25
 
-    flattered = policy(min_draft_gain=0.0)
+    flattered = policy(min_draft_gain=0.0, keep_pace=False)
     plans = simulate(flattered, 4, 400, rate=0.93, drafted_step_slowdown=2.0)
     late = plans[200:]
     assert flattered.cycle_check.drafting_scale(4) < 0.7
@@ -110,6 +110,6 @@ def test_measured_cycles_overrule_a_model_that_flatters_drafting():
     assert all(max(plan) <= 1 for plan in late)
     assert 0 < sum(max(plan) > 0 for plan in late) < 0.2 * len(late)
 
-    unchecked = policy(check_cycles=False, min_draft_gain=0.0)
+    unchecked = policy(check_cycles=False, min_draft_gain=0.0, keep_pace=False)
     plans = simulate(unchecked, 4, 200, rate=0.93, drafted_step_slowdown=2.0)
     assert sum(max(plan) > 0 for plan in plans[50:]) > 0.9 * 150

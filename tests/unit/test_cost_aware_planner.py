@@ -108,7 +108,7 @@ def test_joint_plan_matches_brute_force(seed):
     rng = random.Random(seed)
     target = FixedLinearCost(rng.uniform(0.01, 0.2), rng.uniform(0.0, 0.03))
     draft = FixedLinearCost(rng.uniform(0.0, 0.08), rng.uniform(0.0, 0.004))
-    p = policy(target, draft, cap=4)
+    p = policy(target, draft, cap=4, keep_pace=False)  # the ratio alone
     states = []
     for _ in range(3):
         accepted = rng.randint(0, 4)
@@ -144,7 +144,9 @@ def test_drafts_only_on_a_predicted_gain_above_the_margin():
 
 
 def test_catch_up_cost_makes_a_lagging_request_wait():
-    p = policy(target=GPU_TARGET, draft=FixedLinearCost(0.004, 0.001))
+    # the catch-up's price alone: a request that waits does not stop the
+    # others (the pace rule would: test_cost_aware_pace)
+    p = policy(target=GPU_TARGET, draft=FixedLinearCost(0.004, 0.001), keep_pace=False)
     states = trained_states(p, 2, drafted=4, accepted=4)
     fresh = plan_of(p, states, BatchView(2, 2, catch_up_tokens=(0, 0)))
     lagging = plan_of(p, states, BatchView(2, 2, catch_up_tokens=(0, 500)))
@@ -152,7 +154,9 @@ def test_catch_up_cost_makes_a_lagging_request_wait():
 
 
 def test_catch_up_is_spread_over_the_requests_remaining_tokens():
-    p = policy(target=GPU_TARGET, draft=FixedLinearCost(0.004, 0.001))
+    # the catch-up's price alone: a request that waits does not stop the
+    # others (the pace rule would: test_cost_aware_pace)
+    p = policy(target=GPU_TARGET, draft=FixedLinearCost(0.004, 0.001), keep_pace=False)
     states = trained_states(p, 2, drafted=4, accepted=3)  # rate 0.75
     # 256 tokens left at most 4 a step: 64 steps, a 64th of the catch-up now
     assert catch_up_share(0.75, 256, 8) == pytest.approx(1 / 64)
@@ -198,8 +202,10 @@ def test_catch_up_is_spread_over_the_steps_that_will_draft():
 
 def test_the_share_of_steps_that_draft_is_learnt_per_batch_size_without_catch_ups():
     """``f`` falls at a batch size where the plans without catch-ups skip,
-    not at another, and not where only the catch-up makes a request wait."""
-    p = policy(target=GPU_TARGET, draft=FixedLinearCost(0.004, 0.001))
+    not at another, and not where only the catch-up makes a request wait
+    (without the pace rule, under which the waiting request stops the step's
+    drafting: ``test_pace``)."""
+    p = policy(target=GPU_TARGET, draft=FixedLinearCost(0.004, 0.001), keep_pace=False)
     good = trained_states(p, 2, drafted=4, accepted=4)
     assert p.free_drafting.at(2) == 0.0  # nothing seen at batch 2 yet
     for _ in range(10):  # a catch-up too large to pay: the request waits

@@ -103,10 +103,17 @@ def test_no_probe_pays_a_catch_up_the_budget_cannot_cover():
 def test_no_probe_catches_up_a_prompt_not_even_a_perfect_draft_would_repay():
     """A new request whose prompt is its catch-up probes at batch 1, where a
     draft that is always right repays it within the request's remaining
-    tokens; at batch 8 it does not, while the new requests beside it with
-    nothing to catch up probe in the same step."""
-    def first_plan(num_reqs: int, catch_up: int) -> list[int]:
+    tokens; at batch 8 a short prompt's request probes with the others, a
+    long one stops every probe: under the pace rule the others would wait
+    through its catch-up, so no rate they could learn makes that batch draft.
+    A catch-up is spread over the steps the request would draft, at the share
+    of requests that decode steps at its batch size lately drafted: where
+    none did, it is charged whole and only a short one probes."""
+    def first_plan(num_reqs: int, catch_up: int, drafted_share: float = 1.0) -> list[int]:
         p = measured_cpu_policy()
+        for _ in range(60):  # decode steps at this batch size that drafted so often
+            p.free_drafting.add(num_reqs, drafted_share)
+            p.planned_drafting.add(num_reqs, drafted_share)
         states = [p.new_state() for _ in range(num_reqs)]
         return p.plan_batch(states, BatchView(
             num_reqs, num_reqs, catch_up_tokens=(0,) * (num_reqs - 1) + (catch_up,),
@@ -114,7 +121,11 @@ def test_no_probe_catches_up_a_prompt_not_even_a_perfect_draft_would_repay():
 
     assert first_plan(1, 900) == [1]
     assert first_plan(8, 100) == [1] * 8
-    assert first_plan(8, 900) == [1] * 7 + [0]
+    assert first_plan(8, 300) == first_plan(8, 900) == [0] * 8
+    assert first_plan(1, 900, drafted_share=0.0) == [0]
+    assert first_plan(1, 100, drafted_share=0.0) == [1]
+    assert first_plan(8, 100, drafted_share=0.0) == [1] * 7 + [0]
+    assert first_plan(8, 20, drafted_share=0.0) == [1] * 8
 
 
 def test_a_probe_ceiling_charges_a_share_of_the_draft_passes():

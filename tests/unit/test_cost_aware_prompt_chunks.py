@@ -17,8 +17,13 @@ def test_prompt_step_drafts_once_decode_steps_after_prompts_draft():
     short_chunk = BatchView(1, 2, has_prefill=True)
     # the first decode step, the long chunk to catch up, spread: drafts
     first_decode = BatchView(1, 1, catch_up_tokens=(200,), remaining_tokens=(256,))
-    # a new engine: a chunk's draft prefill waits, however short, and no
-    # probe runs in its place
+    # an engine whose decode steps at batch 1 draft (so a catch-up there is
+    # spread over the steps that will draft), none yet after a prompt chunk:
+    # a chunk's draft prefill waits, however short, and no probe runs in its
+    # place
+    for _ in range(30):
+        assert max(p.plan_batch(trained_states(p, 1, drafted=4, accepted=3),
+                                BatchView(1, 1))) > 0
     new[0].steps_since_draft = 100
     assert p.plan_batch(new, long_chunk) == [0]
     assert p.plan_batch(new, short_chunk) == [0]

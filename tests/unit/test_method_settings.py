@@ -162,6 +162,21 @@ def test_min_draft_gain_outside_its_interval(gain):
     assert "min_draft_gain" in message and "[0, 1)" in message
 
 
+@pytest.mark.parametrize("value", ["yes", 1, None])
+def test_keep_pace_takes_true_or_false_only(value):
+    with pytest.raises(GammaTuneConfigError) as info:
+        split(method="gammatune_cost", model="d", keep_pace=value)
+    message = str(info.value)
+    assert "keep_pace" in message and repr(value) in message and "true or false" in message
+
+
+def test_keep_pace_default_and_given():
+    settings, _ = split(method="gammatune_cost", model="d")
+    assert settings.parameters["keep_pace"] is True and settings.make_policy().keep_pace
+    settings, draft = split(method="gammatune_cost", model="d", keep_pace=False)
+    assert not settings.make_policy().keep_pace and "keep_pace" not in draft
+
+
 def test_min_draft_gain_default_and_given():
     settings, _ = split(method="gammatune_cost", model="d")
     assert settings.parameters["min_draft_gain"] == 0.05

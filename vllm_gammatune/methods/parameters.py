@@ -211,6 +211,11 @@ PARAMETERS: dict[str, Parameter] = {p.name: p for p in (
             "needs to draft)", lambda x: 0.0 <= x < 1.0),
         "predicted gain over not drafting that a step needs to draft"),
     Parameter(
+        "keep_pace", True, lambda v, r: require_bool("keep_pace", v),
+        "a step drafts only if every request that can draft expects at least "
+        "the tokens per second it would get were the step not drafted (off: "
+        "the batch's tokens per second alone decide)"),
+    Parameter(
         "token_stop", lambda r: r["draft_distributions"], _token_stop,
         "after each draft token, draft the next only while it pays (off: the "
         "step plan's lengths; off by default, and refused, with a drafter "

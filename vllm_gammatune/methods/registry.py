@@ -99,7 +99,8 @@ def _gammatune_policy(num_speculative_tokens: int, *, gamma_init: int, gamma_min
 
 
 def _cost_aware_policy(num_speculative_tokens: int, *, probe_interval: int,
-                       probe_budget: float, min_draft_gain: float, token_stop: bool,
+                       probe_budget: float, min_draft_gain: float, keep_pace: bool,
+                       token_stop: bool,
                        fixed_step_costs: dict[str, float] | None) -> DraftLengthPolicy:
     costs = fixed_step_costs
     return CostAwarePolicy(
@@ -107,6 +108,7 @@ def _cost_aware_policy(num_speculative_tokens: int, *, probe_interval: int,
         probe_interval=probe_interval,
         probe_budget=probe_budget,
         min_draft_gain=min_draft_gain,
+        keep_pace=keep_pace,
         token_stop=token_stop,
         target_cost=None if costs is None else FixedLinearCost(
             costs["target_step_s"], costs["target_token_s"]),
@@ -152,8 +154,8 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     Method(METHOD_COST_AWARE,
            "cost-aware: which requests draft (0 allowed), from measured step costs; "
            "each draft goes on token by token while its next token pays",
-           True, ("probe_interval", "probe_budget", "min_draft_gain", "token_stop",
-                  "fixed_step_costs"),
+           True, ("probe_interval", "probe_budget", "min_draft_gain", "keep_pace",
+                  "token_stop", "fixed_step_costs"),
            _cost_aware_policy,
            num_speculative_tokens=DEFAULT_COST_AWARE_NUM_SPECULATIVE_TOKENS,
            plans_free_drafts=True),

@@ -60,6 +60,25 @@ pass takes 1.5-2.4 s against 0.2 s for a step without drafting) thus never
 catches up; where drafting pays (batch 1), it catches up at once, however
 long the engine went without drafting.
 
+Pace (``keep_pace``). The ratio above is the batch's: a plan that drafts
+long for the requests that accept well can pay while a request that accepts
+little, or does not draft, gets one or two tokens from a step that takes far
+longer than one without drafting (a large batch on a CPU). Its tokens per
+second fall below what the step without drafting would give it, and a fixed
+amount of work ends with its slowest request: on a busy server the batch's
+rate can rise while the last requests finish later. So a
+plan drafts only if every request that can draft keeps pace: ``E_r(k_r) >=
+seconds_r / t_target(B)`` (``_paced``, after the clock's correction), where
+``seconds_r`` is the step as request ``r`` waits through it: its own catch-up
+at its share (an investment in its later drafts), every other request's
+catch-up whole (time it only waits). A lagging request's draft is lengthened
+to the shortest that keeps pace, and a cap whose plan cannot keep everyone at
+pace is not taken. A busy batch of fresh prompts thus does not catch them all
+up in one step on the strength of drafts it may never make. A request not drafting
+(``E_r = 1``) never keeps pace with a drafted step, so every request that can
+draft drafts or none does; a request whose drafter offers nothing (an n-gram
+without a match) is not held to it. At batch 1 the rule is the ratio's own.
+
 Pure functions of the step's costs (``StepCosts``), the requests' rates and
 their catch-ups; ``[num_reqs]`` lists, in batch order.
 """
@@ -117,7 +136,7 @@ def best_plan(costs: StepCosts, rates: Sequence[float], catch_up_tokens: Sequenc
               remaining_tokens: Sequence[int] = (), draft_limits: Sequence[int] = (), *,
               max_num_draft_tokens: int, drafting_scale: float,
               min_draft_gain: float, drafting_share: float = 1.0,
-              free_plan: Sequence[int] | None = None) -> list[int]:
+              free_plan: Sequence[int] | None = None, keep_pace: bool = False) -> list[int]:
     """The lengths maximising expected tokens per second, 0 for every request
     unless the best plan beats not drafting by ``min_draft_gain``.
 
@@ -135,9 +154,13 @@ def best_plan(costs: StepCosts, rates: Sequence[float], catch_up_tokens: Sequenc
             docstring; 1.0: every remaining step).
         free_plan: [num_reqs] this step's plan without catch-ups, if the
             caller has it (None: found here when there are catch-ups).
+        keep_pace: draft only plans in which every request that can draft
+            expects at least the tokens per second it would get were the step
+            not drafted (module docstring, "Pace").
     """
     num_reqs = len(rates)
     catch_up = list(catch_up_tokens) or [0] * num_reqs
+    missed_tokens = catch_up
     catch_up_base_share = 1.0
     if any(catch_up):
         # A catch-up only adds cost: where no request drafts without one,
@@ -145,7 +168,8 @@ def best_plan(costs: StepCosts, rates: Sequence[float], catch_up_tokens: Sequenc
         free = list(free_plan) if free_plan is not None else best_plan(
             costs, rates, draft_limits=draft_limits,
             max_num_draft_tokens=max_num_draft_tokens,
-            drafting_scale=drafting_scale, min_draft_gain=min_draft_gain)
+            drafting_scale=drafting_scale, min_draft_gain=min_draft_gain,
+            keep_pace=keep_pace)
         if max(free, default=0) == 0:
             return free
         # A catch-up is paid once and serves every later draft of its
@@ -167,13 +191,13 @@ def best_plan(costs: StepCosts, rates: Sequence[float], catch_up_tokens: Sequenc
     # a drafted plan's tokens per second times the scale = its cost over it
     inflate = 1.0 / drafting_scale
     per_token = costs.per_token * inflate
-    c_base = costs.catch_up_base * catch_up_base_share * inflate
+    c_base_whole = costs.catch_up_base * inflate
+    c_base = c_base_whole * catch_up_base_share
     c_slope = costs.catch_up_per_token * inflate
     limits = list(draft_limits) or [max_num_draft_tokens] * num_reqs
     for cap in range(1, min(max_num_draft_tokens, max(limits, default=0)) + 1):
         fixed = (target_now + costs.first_pass + (cap - 1) * costs.later_pass) * inflate
-        ratio = best_ratio
-        plan = best
+        ratio, plan = best_ratio, best
         for _ in range(_DINKELBACH_ITERATIONS):
             lengths, value, cost = _lengths_at(ratio, rates, catch_up, cap, limits,
                                                per_token, c_slope)
@@ -183,6 +207,13 @@ def best_plan(costs: StepCosts, rates: Sequence[float], catch_up_tokens: Sequenc
             if new_ratio <= ratio * (1 + 1e-9):
                 break
             ratio, plan = new_ratio, lengths
+        if keep_pace and plan is not best:
+            paced = _paced(plan, fixed, rates, catch_up, missed_tokens, cap, limits,
+                           target_now, per_token, c_slope, c_base_whole, c_base)
+            if paced is None:
+                continue
+            plan, value, cost = paced
+            ratio = (num_reqs + value) / cost
         if ratio > best_ratio * (1 + 1e-9) and max(plan) > 0:
             best_ratio, best = ratio, plan
     if best_ratio < skip_ratio * (1.0 + min_draft_gain):
@@ -190,20 +221,76 @@ def best_plan(costs: StepCosts, rates: Sequence[float], catch_up_tokens: Sequenc
     return best
 
 
+def _paced(lengths: list[int], fixed: float, rates: Sequence[float],
+           catch_up: Sequence[float], missed: Sequence[int], cap: int,
+           limits: Sequence[int], target_now: float, per_token: float,
+           catch_up_per_token: float, catch_up_base: float,
+           charged_base: float) -> tuple[list[int], float, float] | None:
+    """``lengths`` with each request that lags raised to the shortest draft
+    that keeps its pace: ``E_r(k_r) >= seconds_r / target_now``, the tokens
+    the step's time would give it without drafting, in the inflated seconds
+    of ``best_plan``. ``seconds_r`` is the step as request ``r`` waits
+    through it: its own catch-up at its share (``catch_up``: [num_reqs]
+    charged tokens), an investment in its later drafts, and every other
+    drafting request's whole (``missed``: [num_reqs] tokens; the base whole
+    too, ``catch_up_base`` against the ``charged_base``), time it only waits.
+    Each raise lengthens the step, so the test repeats until every request
+    keeps pace; None if one cannot within its limit and the step's cap. A
+    request whose drafter offers nothing (limit 0) is not held to it: no plan
+    of this step can speed it up.
+
+    Returns:
+        (lengths, accepted tokens expected, cost) of the paced plan, the cost
+        as ``best_plan`` charges it.
+    """
+    lengths = list(lengths)
+    while True:
+        catchers = [k > 0 and m > 0 for k, m in zip(lengths, missed)]
+        cost = (fixed + per_token * sum(lengths)
+                + (charged_base if any(catchers) else 0.0)
+                + catch_up_per_token * sum(c for k, c in zip(lengths, catch_up) if k))
+        waited = [catch_up_per_token * (m - c) for m, c in zip(missed, catch_up)]
+        all_waited = sum(w for w, k in zip(waited, lengths) if k)
+        num_catchers = sum(catchers)
+        raised = False
+        for r, (rate, k, limit) in enumerate(zip(rates, lengths, limits)):
+            top = min(cap, limit)
+            others_catch_up = num_catchers - catchers[r] > 0
+            seconds = (cost + all_waited - (waited[r] if k else 0.0)
+                       + (catch_up_base - charged_base if others_catch_up else 0.0))
+            need = seconds / target_now  # tokens it must expect of the step
+            if top == 0 or expected_tokens(rate, k) >= need:
+                continue
+            k_paced = next((j for j in range(k + 1, top + 1)
+                            if expected_tokens(rate, j) >= need), None)
+            if k_paced is None:
+                return None
+            lengths[r] = k_paced
+            raised = True
+            break  # the step's cost changed: test everyone again
+        if not raised:
+            value = sum(accepted_gain(rate, k) for rate, k in zip(rates, lengths))
+            return lengths, value, cost
+
+
 def probe_ceiling(costs: StepCosts, num_reqs: int, catch_up_tokens: Sequence[int] = (),
                   remaining_tokens: Sequence[int] = (), draft_limits: Sequence[int] = (), *,
-                  max_num_draft_tokens: int) -> list[int]:
+                  max_num_draft_tokens: int, drafting_share: float = 1.0) -> list[int]:
     """Per request, the length at which a draft that is always right
     (``MAX_RATE``) would pay most for itself at the rate of the step without
     drafting, 0 where no length does: its tokens against its verification,
     its share of the step's draft passes and of the catch-up pass's base (as
     if every request drafted as long: a ``1 / num_reqs`` share) and its
-    catch-up tokens, spread as if it drafted on every remaining step
-    (``probe_scheduler``). The model alone, no measured correction.
+    catch-up tokens, spread over the remaining steps it would draft, were
+    the steps at this batch size to draft as often as they lately did
+    (``drafting_share``: ``catch_up_share``'s ``f``; ``probe_scheduler``).
+    The model alone, no measured correction.
 
     Args:
         catch_up_tokens, remaining_tokens, draft_limits: [num_reqs], () for
             none, unknown, the cap (as ``best_plan``).
+        drafting_share: the share of requests recent decode steps at this
+            batch size drafted (1.0: every remaining step).
     """
     if costs.target_now <= 0.0:
         return [0] * num_reqs
@@ -213,7 +300,8 @@ def probe_ceiling(costs: StepCosts, num_reqs: int, catch_up_tokens: Sequence[int
                                    list(remaining_tokens) or [None] * num_reqs,
                                    list(draft_limits) or [max_num_draft_tokens] * num_reqs):
         # the catch-up pass's base, like the draft passes, is shared by the batch
-        catch_up = (0.0 if not missed else catch_up_share(MAX_RATE, left, max_num_draft_tokens)
+        catch_up = (0.0 if not missed else catch_up_share(MAX_RATE, left, max_num_draft_tokens,
+                                                           drafting_share)
                     * (costs.catch_up_base / num_reqs + costs.catch_up_per_token * missed))
         cap = min(limit, max_num_draft_tokens)
         # each token after the first adds MAX_RATE^k for one more verified

@@ -105,6 +105,10 @@ class CostAwarePolicy(DraftLengthPolicy):
             tokens per second beat not drafting by at least this fraction.
         token_stop: the per-token stop (``token_stop``); off, a request
             drafts the length the step plan gave it.
+        keep_pace: a step drafts only if every request that can draft
+            expects at least the tokens per second it would get were the step
+            not drafted (``planner``, "Pace"); off, the batch's tokens per
+            second alone decide.
     """
 
     #: it plans from measured step costs, and may plan 0 for a whole step
@@ -130,6 +134,7 @@ class CostAwarePolicy(DraftLengthPolicy):
         probe_budget: float = 0.01,
         min_draft_gain: float = 0.05,
         token_stop: bool = True,
+        keep_pace: bool = True,
     ):
         super().__init__(max_num_draft_tokens)
         if probe_interval < 1 or max_probe_interval < probe_interval:
@@ -139,6 +144,7 @@ class CostAwarePolicy(DraftLengthPolicy):
         if not 0.0 <= min_draft_gain < 1.0:
             raise ValueError(f"min_draft_gain must be in [0, 1), got {min_draft_gain}")
         self.min_draft_gain = min_draft_gain
+        self.keep_pace = keep_pace
         self.warmup_num_draft_tokens = min(warmup_num_draft_tokens, max_num_draft_tokens)
         self.costs = CostFits(target_cost, draft_cost)
         self.cycle_check = CycleCheck() if check_cycles else None
@@ -151,6 +157,10 @@ class CostAwarePolicy(DraftLengthPolicy):
         #: ``f`` per batch size: the share of requests a decode step's plan
         #: without catch-ups drafts (``planner.catch_up_share``)
         self.free_drafting = BatchShares(_FREE_DRAFTING_MEMORY, initial=0.0)
+        #: per batch size, the share of requests decode steps' plans drafted,
+        #: catch-ups and pace included, probes not: how often a request that
+        #: probes there would draft after its catch-up (``probe_ceiling``)
+        self.planned_drafting = BatchShares(_FREE_DRAFTING_MEMORY, initial=0.0)
         self.token_stop = TokenStop(token_stop)
         self.drafting = DraftingShare()
         #: what the last ``plan_batch`` chose, for ``last_decision``
@@ -318,18 +328,22 @@ class CostAwarePolicy(DraftLengthPolicy):
             plan = self._decode_step_plan(costs, rates, batch, scale)
         self.prompt_chunks.step_planned(batch.has_prefill, plan)
         self.drafting.count(plan)
-        # 5. probes: none while a prompt chunk waits, none where even a
-        # draft that is always right would not pay, and none for a request
+        # 5. probes: none while a prompt chunk waits, none where even drafts
+        # that are always right would not make the step draft (a catch-up
+        # that holds the batch back under the pace rule stops them: what the
+        # others would learn could not change this batch's plan), and none for a request
         # whose catch-up not even such a draft would repay (probe_scheduler)
         deferred = batch.has_prefill and max(plan, default=0) == 0
         if deferred or not self.probes.any_due(states, plan) or (
                 max(plan) == 0
-                and max(self._best_plan(costs, [MAX_RATE] * num_reqs, batch, 1.0)) == 0):
+                and max(self._best_plan(costs, [MAX_RATE] * num_reqs, batch, 1.0,
+                                        self.free_drafting.at(num_reqs))) == 0):
             probe_limits = [0] * num_reqs
         else:
             probe_limits = probe_ceiling(costs, num_reqs, batch.catch_up_tokens,
                                          batch.remaining_tokens, batch.draft_limits,
-                                         max_num_draft_tokens=self.max_num_draft_tokens)
+                                         max_num_draft_tokens=self.max_num_draft_tokens,
+                                         drafting_share=self.planned_drafting.at(num_reqs))
         probed = self.probes.add_probes(states, plan, max(probe_limits) > 0, costs, rates,
                                         batch.catch_up_tokens, probe_limits)
         self.probes.advance(states, plan, probed.probes)
@@ -353,11 +367,13 @@ class CostAwarePolicy(DraftLengthPolicy):
 
     def _best_plan(self, costs: StepCosts, rates: list[float], batch: BatchView,
                    drafting_scale: float, drafting_share: float = 1.0,
-                   free_plan: list[int] | None = None) -> list[int]:
+                   free_plan: list[int] | None = None,
+                   keep_pace: bool | None = None) -> list[int]:
         return best_plan(costs, rates, batch.catch_up_tokens, batch.remaining_tokens,
                          batch.draft_limits, max_num_draft_tokens=self.max_num_draft_tokens,
                          drafting_scale=drafting_scale, min_draft_gain=self.min_draft_gain,
-                         drafting_share=drafting_share, free_plan=free_plan)
+                         drafting_share=drafting_share, free_plan=free_plan,
+                         keep_pace=self.keep_pace if keep_pace is None else keep_pace)
 
     def _decode_step_plan(self, costs: StepCosts, rates: list[float], batch: BatchView,
                           drafting_scale: float) -> list[int]:
@@ -367,12 +383,13 @@ class CostAwarePolicy(DraftLengthPolicy):
         num_reqs = len(rates)
         free = best_plan(costs, rates, draft_limits=batch.draft_limits,
                          max_num_draft_tokens=self.max_num_draft_tokens,
-                         drafting_scale=drafting_scale, min_draft_gain=self.min_draft_gain)
+                         drafting_scale=drafting_scale, min_draft_gain=self.min_draft_gain,
+                         keep_pace=self.keep_pace)
         self.free_drafting.add(num_reqs, sum(k > 0 for k in free) / num_reqs)
-        if not any(batch.catch_up_tokens):
-            return free
-        return self._best_plan(costs, rates, batch, drafting_scale,
-                               self.free_drafting.at(num_reqs), free)
+        plan = free if not any(batch.catch_up_tokens) else self._best_plan(
+            costs, rates, batch, drafting_scale, self.free_drafting.at(num_reqs), free)
+        self.planned_drafting.add(num_reqs, sum(k > 0 for k in plan) / num_reqs)
+        return plan
 
     def _prompt_step_plan(self, rates: list[float], batch: BatchView,
                           drafting_scale: float) -> list[int]:

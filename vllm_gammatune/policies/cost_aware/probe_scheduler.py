@@ -19,13 +19,18 @@ other.
 
 A request probes only if some acceptance rate could make its drafting pay at
 the step's batch and costs, its catch-up included: where even a draft that
-is always right loses, a probe cannot change the decision. On a busy server
+is always right loses, a probe cannot change the decision. Under the pace
+rule (``planner``) that is the batch's question: where one request's catch-up
+would hold the batch back even were every draft always right, what the
+others would learn could not make the step draft, and none probes. On a busy server
 a new request's prompt is its catch-up, and at a batch where a drafted step
 beats a skipped one by little, a probe that catches up a long prompt costs
 several skipped steps to learn one token's acceptance. That search uses the
 model alone (no measured correction), so that the correction cannot stop the
-measurements that correct it, and spreads each catch-up as if the request
-drafted on all its remaining steps.
+measurements that correct it, and spreads each catch-up over the remaining
+steps the request would draft were the steps at its batch size to draft as
+often as they lately did: where none did (a busy server whose fresh prompts
+hold the batch back, ``planner``'s pace), a catch-up is charged whole.
 A step whose prompt chunk waits (``prompt_chunks``) runs no probe either.
 The policy weighs both before it asks for probes (the ``draft_limits`` of
 ``add_probes``).
