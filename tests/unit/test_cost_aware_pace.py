@@ -131,3 +131,19 @@ def test_the_policy_paces_by_default_and_can_be_told_not_to():
     states = trained_states(off, 2, drafted=4, accepted=4) + trained_states(
         off, 1, drafted=4, accepted=0)
     assert max(off.plan_batch(states, batch)) > 0
+
+
+def test_probes_spread_a_catch_up_by_what_the_plans_at_the_batch_size_drafted():
+    """The plans' own share at a batch size (catch-ups and pace included)
+    falls where a long catch-up holds the batch back, while the share of the
+    plans without catch-ups says the requests would draft; the probe
+    ceiling reads the former."""
+    p = policy()
+    states = trained_states(p, 3, drafted=4, accepted=4)
+    held = BatchView(3, 3, catch_up_tokens=(0, 0, 5_000), remaining_tokens=(256,) * 3)
+    for _ in range(20):
+        assert max(p.plan_batch(states, held)) <= 1  # nothing but probes
+    assert p.free_drafting.at(3) > 0.8 and p.planned_drafting.at(3) == 0.0
+    for _ in range(20):
+        assert max(p.plan_batch(states, BatchView(3, 3))) > 0
+    assert p.planned_drafting.at(3) > 0.8

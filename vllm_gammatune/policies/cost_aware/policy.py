@@ -29,8 +29,10 @@ Each step's plan (``plan_batch``) goes through, in order:
    time the draft's pass over it (``prompt_chunks``);
 4. the plan: the lengths maximising expected tokens per second
    (``planner``), with each request's acceptance rate (``acceptance_rates``)
-   and its share of any catch-up; a step with a prompt chunk drafts only if
-   the plan's gain beats the chunk's draft prefill (``prompt_chunks``);
+   and its share of any catch-up, drafted only if every request that can
+   draft keeps pace (``planner``, "Pace"); a step with a prompt chunk
+   drafts only if the plan's gain beats the chunk's draft prefill
+   (``prompt_chunks``);
 5. probes: requests at length 0 that are due draft one token, within the
    engine's probe budget (``probe_scheduler``);
 6. the check against the clock opens this plan's cycle with its prediction
@@ -76,11 +78,12 @@ from vllm_gammatune.policies.cost_aware.request_state import CostAwareState
 from vllm_gammatune.policies.cost_aware.step_costs import CostFits, StepCosts
 from vllm_gammatune.policies.cost_aware.token_stop import TokenPrices, TokenStop
 
-#: weight kept by ``f`` (``free_drafting``) per decode step at its batch size
-#: (a window of about 10 steps: a busy phase's first steps teach it); ``f``
-#: starts at 0, so the first steps at a batch size spread no catch-up until
-#: their plans have shown that requests there draft
-_FREE_DRAFTING_MEMORY = 0.9
+#: weight kept by the drafting shares per decode step at its batch size
+#: (``free_drafting``, ``planned_drafting``; a window of about 10 steps: a
+#: busy phase's first steps teach them); both start at 0, so the first steps
+#: at a batch size spread no catch-up until their plans have shown that
+#: requests there draft
+_BATCH_SHARE_MEMORY = 0.9
 
 
 class CostAwarePolicy(DraftLengthPolicy):
@@ -156,11 +159,11 @@ class CostAwarePolicy(DraftLengthPolicy):
         self.prompt_chunks = PromptChunks()
         #: ``f`` per batch size: the share of requests a decode step's plan
         #: without catch-ups drafts (``planner.catch_up_share``)
-        self.free_drafting = BatchShares(_FREE_DRAFTING_MEMORY, initial=0.0)
+        self.free_drafting = BatchShares(_BATCH_SHARE_MEMORY, initial=0.0)
         #: per batch size, the share of requests decode steps' plans drafted,
         #: catch-ups and pace included, probes not: how often a request that
         #: probes there would draft after its catch-up (``probe_ceiling``)
-        self.planned_drafting = BatchShares(_FREE_DRAFTING_MEMORY, initial=0.0)
+        self.planned_drafting = BatchShares(_BATCH_SHARE_MEMORY, initial=0.0)
         self.token_stop = TokenStop(token_stop)
         self.drafting = DraftingShare()
         #: what the last ``plan_batch`` chose, for ``last_decision``
