@@ -66,18 +66,19 @@ little, or does not draft, gets one or two tokens from a step that takes far
 longer than one without drafting (a large batch on a CPU). Its tokens per
 second fall below what the step without drafting would give it, and a fixed
 amount of work ends with its slowest request: on a busy server the batch's
-rate can rise while the last requests finish later. So a
-plan drafts only if every request that can draft keeps pace: ``E_r(k_r) >=
-seconds_r / t_target(B)`` (``_paced``, after the clock's correction), where
-``seconds_r`` is the step as request ``r`` waits through it: its own catch-up
-at its share (an investment in its later drafts), every other request's
-catch-up whole (time it only waits). A lagging request's draft is lengthened
-to the shortest that keeps pace, and a cap whose plan cannot keep everyone at
-pace is not taken. A busy batch of fresh prompts thus does not catch them all
-up in one step on the strength of drafts it may never make. A request not drafting
-(``E_r = 1``) never keeps pace with a drafted step, so every request that can
-draft drafts or none does; a request whose drafter offers nothing (an n-gram
-without a match) is not held to it. At batch 1 the rule is the ratio's own.
+rate can rise while the last requests finish later. So a plan drafts only if
+every request that can draft keeps pace: ``E_r(k_r) >= seconds_r /
+t_target(B)`` (``_paced``, after the clock's correction), where
+``seconds_r`` is the step as request ``r`` waits through it: its own
+catch-up at its share (an investment in its later drafts), every other
+request's catch-up whole (time it only waits). A lagging request's draft is
+lengthened to the shortest that keeps pace, and a cap whose plan cannot keep
+everyone at pace is not taken. A busy batch of fresh prompts thus does not
+catch them all up in one step on the strength of drafts it may never make. A
+request not drafting (``E_r = 1``) never keeps pace with a drafted step, so
+every request that can draft drafts or none does; a request whose drafter
+offers nothing (an n-gram without a match) is not held to it. At batch 1 the
+rule is the ratio's own.
 
 Pure functions of the step's costs (``StepCosts``), the requests' rates and
 their catch-ups; ``[num_reqs]`` lists, in batch order.

@@ -334,8 +334,9 @@ class CostAwarePolicy(DraftLengthPolicy):
         # 5. probes: none while a prompt chunk waits, none where even drafts
         # that are always right would not make the step draft (a catch-up
         # that holds the batch back under the pace rule stops them: what the
-        # others would learn could not change this batch's plan), and none for a request
-        # whose catch-up not even such a draft would repay (probe_scheduler)
+        # others would learn could not change this batch's plan), and none
+        # for a request whose catch-up not even such a draft would repay
+        # (probe_scheduler)
         deferred = batch.has_prefill and max(plan, default=0) == 0
         if deferred or not self.probes.any_due(states, plan) or (
                 max(plan) == 0
@@ -370,13 +371,12 @@ class CostAwarePolicy(DraftLengthPolicy):
 
     def _best_plan(self, costs: StepCosts, rates: list[float], batch: BatchView,
                    drafting_scale: float, drafting_share: float = 1.0,
-                   free_plan: list[int] | None = None,
-                   keep_pace: bool | None = None) -> list[int]:
+                   free_plan: list[int] | None = None) -> list[int]:
         return best_plan(costs, rates, batch.catch_up_tokens, batch.remaining_tokens,
                          batch.draft_limits, max_num_draft_tokens=self.max_num_draft_tokens,
                          drafting_scale=drafting_scale, min_draft_gain=self.min_draft_gain,
                          drafting_share=drafting_share, free_plan=free_plan,
-                         keep_pace=self.keep_pace if keep_pace is None else keep_pace)
+                         keep_pace=self.keep_pace)
 
     def _decode_step_plan(self, costs: StepCosts, rates: list[float], batch: BatchView,
                           drafting_scale: float) -> list[int]:

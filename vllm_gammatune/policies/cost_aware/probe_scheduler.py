@@ -46,12 +46,13 @@ included. The window counts as full from the first step: the allowance is
 so a young engine, whose sums cover a few steps only, may spend at once what
 a window allows (else the first probes after start, which decide whether a
 new engine drafts at all, would be refused until the window fills, while
-every new request's catch-up grows). Once such a step is measured whole (``cycle_check``), its measured
-loss replaces the predicted one (``settle``), so probes the model thinks
-cheap but the clock does not are rationed by the clock. Without the budget,
-where drafting never pays (on the 2-core CPU at batch 16 a probe step costs
-about one more target step) every new request restarts probing (its first
-probe at once), and probing alone costs a few percent of throughput.
+every new request's catch-up grows). Once such a step is measured whole
+(``cycle_check``), its measured loss replaces the predicted one
+(``settle``), so probes the model thinks cheap but the clock does not are
+rationed by the clock. Without the budget, where drafting never pays (on the
+2-core CPU at batch 16 a probe step costs about one more target step) every
+new request restarts probing (its first probe at once), and probing alone
+costs a few percent of throughput.
 """
 
 from __future__ import annotations
