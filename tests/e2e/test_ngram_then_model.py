@@ -27,8 +27,9 @@ from test_ngram_drafter import (  # noqa: F401
 
 #: short n-grams, so the tiny models' text finds matches
 FRONT = {"drafter": "ngram+draft_model", "prompt_lookup_min": 1, "prompt_lookup_max": 3}
-#: a draft pass costs 40% of a target step: a lookup's draft is worth more
-#: wherever it is offered, the model drafts for the others where it pays
+#: a draft pass costs 40% of a target step: a lookup's draft is verified
+#: wherever it beats the model's or the model would not draft, the model
+#: drafts for the others where it pays
 LOOKUP_PAYS = {"target_step_s": 0.01, "target_token_s": 0.0001, "draft_pass_s": 0.004,
                "draft_token_s": 0.0}
 #: draft passes cost nothing: the draft model's longer drafts win

@@ -37,6 +37,16 @@ def test_the_draft_model_keeps_the_requests_where_its_draft_is_worth_more():
     assert free_draft_lengths(COSTS, [0.9], [0.9], [8], 8) == [8]
 
 
+def test_a_request_the_model_would_not_draft_verifies_any_free_draft_that_pays():
+    # the model right 95% of the time would win, but the step's plan leaves
+    # the request at 0: its free draft has nothing to lose to
+    assert free_draft_lengths(COSTS, [0.3], [0.95], [3], 8, model_drafts=[True]) == [0]
+    assert free_draft_lengths(COSTS, [0.3], [0.95], [3], 8, model_drafts=[False]) == [3]
+    # a free draft that does not pay on its own is not verified either way
+    dear = StepCosts(0.1, 0.1, 0.0, 0.0, 0.0, 0.0)
+    assert free_draft_lengths(dear, [0.9], [0.01], [8], 8, model_drafts=[False]) == [0]
+
+
 def test_verified_tokens_cost_more_in_a_larger_batch():
     # alone a lookup right half the time is verified over 5 tokens; in a
     # batch of 8 each verified token costs 8 requests' rate, and 2 pay
@@ -91,3 +101,25 @@ def test_a_policy_whose_costs_are_not_measured_yet_leaves_every_request_to_the_m
     policy = CostAwarePolicy(8)
     states = [policy.new_state()]
     assert policy.free_draft_lengths(states, [5], BatchView(batch_size=1)) == [0]
+
+
+@pytest.mark.parametrize("keep_pace", [True, False])
+def test_a_free_draft_is_weighed_against_the_model_only_where_the_plan_drafts(keep_pace):
+    """A request the draft model accepts well and a request it does not: the
+    batch's plan drafts both (their tokens per second, together), or under
+    the pace rule neither (the second would fall behind a step without
+    drafting). Where the model would draft, its draft beats the first
+    request's lookup; where it would not, the lookup is verified."""
+    policy = fixed_policy(keep_pace=keep_pace)
+    states = [policy.new_state(), policy.new_state()]
+    view = BatchView(batch_size=2)
+    for _ in range(6):
+        policy.observe(states[0], 4, 4, view)
+        policy.observe_free_draft(states[0], 4, 1)
+        policy.observe(states[1], 4, 0, view)
+    batch = BatchView(batch_size=2, num_scheduled_tokens=2)
+    model_plan = policy._best_plan(policy.costs.at(2, 2), policy.acceptance.rates(states),
+                                   batch, 1.0)
+    assert (max(model_plan) == 0) == keep_pace
+    assert policy.free_draft_lengths(states, [4, 0], batch) == ([4, 0] if keep_pace
+                                                                else [0, 0])

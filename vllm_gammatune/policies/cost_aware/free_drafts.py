@@ -22,6 +22,14 @@ pass costs over those requests alone (a step where every drafting request
 has a free draft runs no draft model at all; its positions are caught up
 where the model drafts again, as after any skipped step).
 
+``V_m`` is what the model's draft would be worth were the model to draft
+the request, so the comparison only stands where it would: a request that
+the step's plan without free drafts leaves at 0 (``model_drafts``: the
+margin, the pace rule or its catch-up keeps the model from it) has nothing
+to lose to its free draft, and verifies it wherever ``V_f > 0``. On a busy
+server, where the draft model stops paying, the lookup's drafts are then
+still verified where they pay on their own.
+
 Splitting the pass costs evenly over the batch is the approximation: it
 prices the model's draft for one request as if every request shared its
 passes. The planner corrects the rest, since it prices the model's passes
@@ -46,7 +54,8 @@ from vllm_gammatune.policies.cost_aware.step_costs import StepCosts
 
 def free_draft_lengths(costs: StepCosts, free_rates: Sequence[float],
                        model_rates: Sequence[float], offers: Sequence[int],
-                       max_num_draft_tokens: int) -> list[int]:
+                       max_num_draft_tokens: int,
+                       model_drafts: Sequence[bool] = ()) -> list[int]:
     """Per request, how many of its free draft's tokens to verify (0: the
     draft model's turn), from the comparison of the module docstring.
 
@@ -54,6 +63,8 @@ def free_draft_lengths(costs: StepCosts, free_rates: Sequence[float],
         free_rates: [num_reqs] acceptance rates of the free drafts.
         model_rates: [num_reqs] acceptance rates of the draft model's drafts.
         offers: [num_reqs] tokens each request's lookup offers (0: none).
+        model_drafts: [num_reqs] whether the step's plan without free drafts
+            has the draft model draft the request; () for every request.
     """
     num_reqs = len(offers)
     if costs.target_now <= 0.0:
@@ -61,11 +72,15 @@ def free_draft_lengths(costs: StepCosts, free_rates: Sequence[float],
     ratio = num_reqs / costs.target_now
     threshold = ratio * costs.per_token
     lengths = []
-    for b, a, offer in zip(free_rates, model_rates, offers):
+    for b, a, offer, drafted in zip(free_rates, model_rates, offers,
+                                    model_drafts or [True] * num_reqs):
         k = paying_length(b, threshold, min(offer, max_num_draft_tokens))
         value = accepted_gain(b, k) - ratio * costs.per_token * k
         if k == 0 or value <= 0.0:
             lengths.append(0)
+            continue
+        if not drafted:
+            lengths.append(k)
             continue
         model_value = max(
             (accepted_gain(a, j) - ratio * (costs.per_token * j

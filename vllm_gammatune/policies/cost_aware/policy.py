@@ -277,15 +277,20 @@ class CostAwarePolicy(DraftLengthPolicy):
                            batch: BatchView) -> list[int]:
         """Per request, the tokens of its free draft (``offers``: [num_reqs]
         tokens the lookup offers) to verify this step, 0 where the draft
-        model's draft is worth more (``free_drafts``). Before both cost fits
-        have their samples the draft model drafts (warm-up)."""
+        model's draft is worth more (``free_drafts``), weighed only where
+        the step's plan without free drafts would draft the request. Before
+        both cost fits have their samples the draft model drafts (warm-up)."""
         num_reqs = len(states)
         if not self.costs.ready:
             return [0] * num_reqs
         costs = self.costs.at(batch.num_scheduled_tokens, num_reqs)
+        rates = self.acceptance.rates(states)
+        scale = 1.0 if self.cycle_check is None else self.cycle_check.drafting_scale(num_reqs)
+        model_plan = self._best_plan(costs, rates, batch, scale,
+                                     self.free_drafting.at(num_reqs))
         return free_draft_lengths(costs, self.free_acceptance.rates(
-            [s.free_drafts for s in states]), self.acceptance.rates(states), offers,
-            self.max_num_draft_tokens)
+            [s.free_drafts for s in states]), rates, offers, self.max_num_draft_tokens,
+            model_drafts=[k > 0 for k in model_plan])
 
     def draft_on(self, states: list[CostAwareState], position: int,
                  token_probs: Sequence[float], active: Sequence[bool]) -> list[int | None]:
