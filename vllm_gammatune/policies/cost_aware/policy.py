@@ -285,7 +285,7 @@ class CostAwarePolicy(DraftLengthPolicy):
             return [0] * num_reqs
         costs = self.costs.at(batch.num_scheduled_tokens, num_reqs)
         rates = self.acceptance.rates(states)
-        scale = 1.0 if self.cycle_check is None else self.cycle_check.drafting_scale(num_reqs)
+        scale = self._drafting_scale(num_reqs)
         model_plan = self._best_plan(costs, rates, batch, scale,
                                      self.free_drafting.at(num_reqs))
         return free_draft_lengths(costs, self.free_acceptance.rates(
@@ -329,7 +329,7 @@ class CostAwarePolicy(DraftLengthPolicy):
         # 4. the plan
         rates = self.acceptance.rates(states)
         costs = self.costs.at(batch.num_scheduled_tokens, num_reqs)
-        scale = 1.0 if self.cycle_check is None else self.cycle_check.drafting_scale(num_reqs)
+        scale = self._drafting_scale(num_reqs)
         if batch.has_prefill:
             plan = self._prompt_step_plan(rates, batch, scale)
         else:
@@ -373,6 +373,11 @@ class CostAwarePolicy(DraftLengthPolicy):
                                     probed.predicted_tokens, probed.predicted_seconds,
                                     measured)
         return lengths
+
+    def _drafting_scale(self, num_reqs: int) -> float:
+        """The clock's correction of a drafted plan at this batch size
+        (``CycleCheck.drafting_scale``; 1.0 without the check)."""
+        return 1.0 if self.cycle_check is None else self.cycle_check.drafting_scale(num_reqs)
 
     def _best_plan(self, costs: StepCosts, rates: list[float], batch: BatchView,
                    drafting_scale: float, drafting_share: float = 1.0,
@@ -453,7 +458,7 @@ class CostAwarePolicy(DraftLengthPolicy):
         return planned.decision(
             catch_up_seconds_per_token=None if line is None else line[1],
             drafting_share=self.drafting.share,
-            drafting_scale=1.0 if check is None else check.drafting_scale(num_reqs),
+            drafting_scale=self._drafting_scale(num_reqs),
             informed=check is not None and check.is_informed(num_reqs),
             previous_cycle_seconds=None if check is None else check.last_seconds,
             step_costs=self.costs.coefficients(num_reqs))
