@@ -239,3 +239,51 @@ def test_a_fresh_request_probes_at_once_then_at_its_interval():
             probes.append(step)
             p.observe(state, k, 0, batch)
     assert probes[:4] == [0, 4, 12, 28]
+
+
+def test_an_accepted_probe_is_followed_by_another_at_once():
+    """A new request after hard ones: the engine's rate says drafting does
+    not pay, and one accepted probe does not lift the request's rate across
+    the line (the prior's pseudo-observations). Each accepted probe makes
+    the next due at once, so the request probes on every step until its own
+    rate pays, and then drafts, without waiting the base interval."""
+    p = policy(probe_interval=8, max_probe_interval=64, probe_budget=1.0)
+    trained_states(p, 1, drafted=4, accepted=0)  # the engine's rate: drafting does not pay
+    state, batch, kinds = p.new_state(), BatchView(1, 1), []
+    for _ in range(12):
+        k = p.plan_batch([state], batch)[0]
+        kinds.append(p.last_decision.kind)
+        if k:
+            p.observe(state, k, k, batch)
+    assert kinds[:2] == ["probe", "probe"]  # one accepted probe is not enough
+    assert "skip" not in kinds  # and none waits the interval
+    assert kinds[-1] == "draft"
+
+
+def test_a_rejected_probe_after_accepted_ones_waits_the_base_interval():
+    p = policy(probe_interval=8, max_probe_interval=64, probe_budget=1.0)
+    trained_states(p, 1, drafted=4, accepted=0)
+    state, batch, probes = p.new_state(), BatchView(1, 1), []
+    for step in range(40):
+        k = p.plan_batch([state], batch)[0]
+        if k:
+            assert p.last_decision.kind == "probe"
+            probes.append(step)
+            p.observe(state, k, k if len(probes) <= 2 else 0, batch)
+    # accepted at 0 and 1; rejected at 2 and after: the base interval, then back-off
+    assert probes[:5] == [0, 1, 2, 10, 26]
+
+
+@pytest.mark.parametrize("batch_size, drafted, accepted, due_at_once", [
+    (1, 1, 1, True),    # an accepted probe at batch 1: the next at once
+    (1, 1, 0, False),   # rejected: the interval stands
+    (4, 1, 1, False),   # at batch 4 a probe's step does not pay for itself
+])
+def test_only_a_probe_accepted_at_batch_1_makes_the_next_due_at_once(
+        batch_size, drafted, accepted, due_at_once):
+    p = policy(probe_interval=8)
+    state = p.new_state()
+    state.probing, state.probe_interval = True, 8
+    p.observe(state, drafted, accepted, BatchView(batch_size))
+    assert (state.probe_interval == 1 and not state.probing) == due_at_once
+    assert state.probe_interval == (1 if due_at_once else 8)

@@ -249,6 +249,8 @@ class CostAwarePolicy(DraftLengthPolicy):
     ) -> CostAwareState:
         self._check_observation(num_draft_tokens, num_accepted_tokens)
         self.acceptance.observe(state, num_draft_tokens, num_accepted_tokens)
+        self.probes.on_verified(state, num_draft_tokens, num_accepted_tokens,
+                                batch.batch_size)
         # the rule's estimate, made before its labels train the model
         revision = (None if self.cycle_check is None
                     else self.token_stop.revision(state, num_draft_tokens))

@@ -8,14 +8,25 @@ doubles the request's interval, up to ``max_probe_interval``; drafting for its
 own sake resets it.
 
 A new request's first probe is due at once (``CostAwareState``'s
-``probe_interval`` starts at 1), its later ones at the base interval. Its
+``probe_interval`` starts at 1), its later ones at the base interval, and
+at batch 1, after a probe the target accepts, the next is due at once again
+(``on_verified``). Its
 rate is the engine's, which the last few requests set, and at most one
 verification of its own (the step that prices a catch-up drafts one token):
 after a hard request (a server's bare "Hello" warm-up) that says drafting
 does not pay at batch 1, and the base interval would leave the next request
 undrafted for its first ``probe_interval`` steps before a probe could show
 otherwise. The first probe is held to the same tests and budget as any
-other.
+other. One accepted probe moves the request's rate only part of the way from
+the engine's (the prior's pseudo-observations, ``acceptance_rates``), often
+not across the line where drafting pays: with the base interval the request
+would then wait that many steps at length 0 although its own evidence says
+its text is easy. At batch 1 an accepted probe has also paid for itself
+(two tokens for a target step and a draft pass), so probing again at once
+costs only where the next probe is rejected; a rejected one returns to the
+base interval and its back-off. At larger batches a probe that makes the
+step draft buys one token of the batch's for a draft pass of all of it, so
+there an accepted probe changes nothing but the request's rate.
 
 A request probes only if some acceptance rate could make its drafting pay at
 the step's batch and costs, its catch-up included: where even a draft that
@@ -167,6 +178,17 @@ class ProbeScheduler:
             return [False] * len(plan)
         return [k == 0 and 2 * (s.steps_since_draft + 1) >= s.probe_interval
                 for s, k in zip(states, plan)]
+
+    @staticmethod
+    def on_verified(state: CostAwareState, num_draft_tokens: int,
+                    num_accepted_tokens: int, batch_size: int) -> None:
+        """A probe the target accepted in a step of one request: the
+        request's next probe is due at once, and counts as a first probe
+        (the base interval after it)."""
+        if (batch_size == 1 and state.probing
+                and 0 < num_draft_tokens == num_accepted_tokens):
+            state.probing = False
+            state.probe_interval = 1
 
     def advance(self, states: list[CostAwareState], plan: list[int],
                 probes: list[bool]) -> None:

@@ -29,9 +29,10 @@ class CostAwareState:
     #: steps since this request last drafted
     steps_since_draft: int = 0
     #: steps without drafting after which it probes: a new request's first
-    #: probe is due at once, later ones at the scheduler's base interval
+    #: probe, and at batch 1 the one after a probe the target accepted, are
+    #: due at once, later ones at the scheduler's base interval
     probe_interval: int = 1
-    #: True while the last draft was a probe
+    #: True while the last draft was a probe the target has not accepted
     probing: bool = False
     # -- the per-token stop (``token_stop``) --
     #: the request's own offset in the token-acceptance model
