@@ -80,8 +80,9 @@ SIZE_KEYS = ("per_category", "limit", "max_tokens")
 #: the keys a config may carry
 CONFIG_KEYS = {"description", "results", "steps", "quick", "env", "quick_env"}
 
-#: the keys a step may carry
-STEP_KEYS = {"harness", "subdir", "args", "stdout"}
+#: the keys a step may carry; ``"skip_quick": true`` leaves the step out of
+#: the quick plan (a second run of choices the first step already measures)
+STEP_KEYS = {"harness", "subdir", "args", "stdout", "skip_quick"}
 
 
 class ConfigError(ValueError):
@@ -124,6 +125,11 @@ def check_config(config: dict, where: str) -> None:
                               f"allowed: {sorted(STEP_KEYS)}")
         if harness in ENGINE_HARNESS and "methods" not in step.get("args", {}):
             raise ConfigError(f"{where}: steps[{i}] ({harness}) needs args.methods")
+        if not isinstance(step.get("skip_quick", False), bool):
+            raise ConfigError(f"{where}: steps[{i}].skip_quick {step['skip_quick']!r} "
+                              "must be true or false")
+    if all(step.get("skip_quick") for step in config["steps"]):
+        raise ConfigError(f"{where}: every step has skip_quick; the quick plan would be empty")
     for key in ("quick", "env", "quick_env"):
         if not isinstance(config.get(key, {}), dict):
             raise ConfigError(f"{where}: {key!r} must be an object")
@@ -173,6 +179,8 @@ def plan(name: str, quick: bool = False, out: Path | None = None,
     out = Path(out) if out else RUNS / (f"{name}-quick" if quick else name)
     commands = []
     for step in config["steps"]:
+        if quick and step.get("skip_quick"):
+            continue
         out_style = HARNESS[step["harness"]]
         folder = out / step["subdir"] if step.get("subdir") else out
         argv = [sys.executable, "-m", module(step["harness"])]

@@ -145,3 +145,26 @@ def test_a_config_with_an_unknown_key_is_refused(tmp_path):
          "steps": [{"harness": "report"}]}))
     with pytest.raises(reproduce.ConfigError, match="unknown keys \\['quik'\\]"):
         reproduce.load_config("bad", tmp_path)
+
+
+def test_a_step_marked_skip_quick_runs_in_the_full_plan_only(tmp_path):
+    steps = [{"harness": "report", "subdir": "first"},
+             {"harness": "report", "subdir": "again", "skip_quick": True}]
+    (tmp_path / "two.json").write_text(json.dumps(
+        {"description": "x", "results": "r", "steps": steps}))
+    full = reproduce.plan("two", out=tmp_path / "out", configs=tmp_path)
+    quick = reproduce.plan("two", quick=True, out=tmp_path / "out", configs=tmp_path)
+    assert [c["argv"][-1] for c in full] == [str(tmp_path / "out" / "first"),
+                                            str(tmp_path / "out" / "again")]
+    assert [c["argv"][-1] for c in quick] == [str(tmp_path / "out" / "first")]
+
+
+@pytest.mark.parametrize("steps, message", [
+    ([{"harness": "report", "skip_quick": "yes"}], r"steps\[0\]\.skip_quick 'yes' must be"),
+    ([{"harness": "report", "skip_quick": True}], "the quick plan would be empty"),
+])
+def test_a_bad_skip_quick_is_refused(tmp_path, steps, message):
+    (tmp_path / "bad.json").write_text(json.dumps(
+        {"description": "x", "results": "r", "steps": steps}))
+    with pytest.raises(reproduce.ConfigError, match=message):
+        reproduce.load_config("bad", tmp_path)
