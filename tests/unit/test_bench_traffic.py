@@ -201,10 +201,18 @@ def test_the_published_plan_and_its_quick_size():
     from benchmarks import reproduce
     from vllm.v1.spec_decode.dynamic.utils import validate_and_normalize_dynamic_sd_schedule
 
-    (full,), (quick,) = reproduce.plan("traffic"), reproduce.plan("traffic", quick=True)
+    (full, again), (quick,) = reproduce.plan("traffic"), reproduce.plan("traffic", quick=True)
 
     def option(argv, name):
         return argv[argv.index(name) + 1]
+
+    # the second run: the subject against the best static choice and no
+    # speculation, on the same trace with the same table, not in the quick plan
+    assert option(again["argv"], "--methods").split(",") == [
+        "no_spec", "vllm_table", "gammatune_cost@8"]
+    for name in ("--phases", "--kinds", "--max-tokens", "--spec", "--subject"):
+        assert option(again["argv"], name) == option(full["argv"], name)
+    assert int(option(again["argv"], "--rounds")) >= 4 and "--trace" in again["argv"]
 
     choices = option(full["argv"], "--methods").split(",")
     assert [c for c in choices if c.startswith("vllm_draft_model@")] == [
