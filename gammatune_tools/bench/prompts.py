@@ -22,12 +22,17 @@ def load_prompts(dataset: str, per_category: int | None = None, split: str = "al
 
     ``dataset``: "specbench" (every category, ``per_category`` questions each,
     None for all; ``split`` "tune" keeps odd question ids, "eval" even ones),
+    "specbench:CATEGORY[+CATEGORY...]" (those categories only, in file order),
     "gsm8k", or a JSONL path whose rows have ``prompt``/``question`` (one turn)
     or ``turns`` (a list) and optionally ``category``. Prompts stay grouped
     by category, in file order. ``per_category`` only applies to datasets
     whose rows name a category; a dataset without one (GSM8K) is taken in
     file order up to ``limit``.
     """
+    wanted = None
+    if dataset.startswith("specbench:"):
+        dataset, _, names = dataset.partition(":")
+        wanted = [name.strip() for name in names.split("+") if name.strip()]
     if dataset == "specbench":
         path, name = Path(spec_bench_path), "specbench"
     elif dataset == "gsm8k":
@@ -43,11 +48,25 @@ def load_prompts(dataset: str, per_category: int | None = None, split: str = "al
             continue
         texts = row.get("turns") or [row.get("prompt") or row["question"]]
         by_category[row.get("category", name)].append(list(texts[:turns]))
+    if wanted is not None:
+        by_category = only_categories(by_category, wanted)
     if not any("category" in row for row in rows):
         per_category = None  # one category (GSM8K): only ``limit`` applies
     prompts = [(cat, texts) for cat, items in by_category.items()
                for texts in (items if per_category is None else items[:per_category])]
     return prompts[:limit] if limit else prompts
+
+
+def only_categories(by_category: dict[str, list], wanted: list[str]) -> dict[str, list]:
+    """The categories named in a "specbench:A+B" dataset, in file order; an
+    unknown name is an error naming it and the categories there are."""
+    unknown = [name for name in wanted if name not in by_category]
+    if unknown or not wanted:
+        raise ValueError(f"--dataset specbench:{'+'.join(wanted)}: "
+                         + (f"unknown category {', '.join(map(repr, unknown))}" if unknown
+                            else "no category named")
+                         + f"; allowed: {', '.join(sorted(by_category))}")
+    return {name: items for name, items in by_category.items() if name in wanted}
 
 
 def parse_category_sets(text: str, option: str, name: str) -> dict[str, list[str]]:

@@ -59,7 +59,8 @@ def add_common_args(parser, methods_default: str = "no_spec,vllm_draft_model,gam
                         help="initial/fixed draft lengths: a list, 'quick' or 'paper'")
     parser.add_argument("--cap", type=int, default=16, help="adaptive methods' cap")
     parser.add_argument("--temperature", default="0", help="comma list, e.g. 0,0.7")
-    parser.add_argument("--dataset", default="specbench")
+    parser.add_argument("--dataset", default="specbench",
+                        help="specbench, specbench:CATEGORY[+CATEGORY...], gsm8k or a JSONL path")
     parser.add_argument("--split", default="all", choices=["all", "tune", "eval"])
     parser.add_argument("--per-category", type=int, default=2,
                         help="questions per category (datasets with categories, "

@@ -1,5 +1,6 @@
 """gammatune_tools.bench.prompts: which prompts a run sends, and in what form."""
 
+import pytest
 from bench_fixtures import write_jsonl
 
 from gammatune_tools.bench import prompts
@@ -55,3 +56,27 @@ def test_the_code_editing_prompts_ship_with_their_code_and_split_in_halves():
     assert len(prompts) == 12 and {category for category, _ in prompts} == {"code_editing"}
     assert all("```" in turns[0] and "Reply with the whole" in turns[0] for _, turns in prompts)
     assert len(load_prompts(path, split="eval")) == len(load_prompts(path, split="tune")) == 6
+
+
+def test_a_specbench_dataset_may_name_its_categories(tmp_path):
+    path = write_jsonl(tmp_path / "q.jsonl", [
+        {"question_id": 2, "category": "rag", "turns": ["r2"]},
+        {"question_id": 4, "category": "math", "turns": ["m4"]},
+        {"question_id": 6, "category": "summarization", "turns": ["s6"]},
+        {"question_id": 8, "category": "rag", "turns": ["r8"]},
+    ])
+    # in file order whatever the order named, per_category and split as for "specbench"
+    assert prompts.load_prompts("specbench:summarization+rag", 5, "eval",
+                                spec_bench_path=path) == [
+        ("rag", ["r2"]), ("rag", ["r8"]), ("summarization", ["s6"])]
+    assert prompts.load_prompts("specbench:rag", 1, spec_bench_path=path) == [("rag", ["r2"])]
+
+
+def test_an_unknown_or_missing_category_names_the_value_and_what_is_allowed(tmp_path):
+    path = write_jsonl(tmp_path / "q.jsonl", [{"question_id": 2, "category": "rag",
+                                               "turns": ["r2"]}])
+    with pytest.raises(ValueError, match=r"specbench:rag\+summary: unknown category "
+                                         r"'summary'; allowed: rag"):
+        prompts.load_prompts("specbench:rag+summary", spec_bench_path=path)
+    with pytest.raises(ValueError, match="no category named; allowed: rag"):
+        prompts.load_prompts("specbench:", spec_bench_path=path)
