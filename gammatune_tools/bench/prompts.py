@@ -62,7 +62,7 @@ def only_categories(by_category: dict[str, list], wanted: list[str]) -> dict[str
     unknown name is an error naming it and the categories there are."""
     unknown = [name for name in wanted if name not in by_category]
     if unknown or not wanted:
-        raise ValueError(f"--dataset specbench:{'+'.join(wanted)}: "
+        raise ValueError(f"--dataset {'specbench:' + '+'.join(wanted)!r}: "
                          + (f"unknown category {', '.join(map(repr, unknown))}" if unknown
                             else "no category named")
                          + f"; allowed: {', '.join(sorted(by_category))}")

@@ -75,8 +75,8 @@ def test_a_specbench_dataset_may_name_its_categories(tmp_path):
 def test_an_unknown_or_missing_category_names_the_value_and_what_is_allowed(tmp_path):
     path = write_jsonl(tmp_path / "q.jsonl", [{"question_id": 2, "category": "rag",
                                                "turns": ["r2"]}])
-    with pytest.raises(ValueError, match=r"specbench:rag\+summary: unknown category "
+    with pytest.raises(ValueError, match=r"'specbench:rag\+summary': unknown category "
                                          r"'summary'; allowed: rag"):
         prompts.load_prompts("specbench:rag+summary", spec_bench_path=path)
-    with pytest.raises(ValueError, match="no category named; allowed: rag"):
+    with pytest.raises(ValueError, match="'specbench:': no category named; allowed: rag"):
         prompts.load_prompts("specbench:", spec_bench_path=path)
