@@ -32,7 +32,7 @@ def load_prompts(dataset: str, per_category: int | None = None, split: str = "al
     wanted = None
     if dataset.startswith("specbench:"):
         dataset, _, names = dataset.partition(":")
-        wanted = [name.strip() for name in names.split("+") if name.strip()]
+        wanted = category_names(names)
     if dataset == "specbench":
         path, name = Path(spec_bench_path), "specbench"
     elif dataset == "gsm8k":
@@ -57,6 +57,11 @@ def load_prompts(dataset: str, per_category: int | None = None, split: str = "al
     return prompts[:limit] if limit else prompts
 
 
+def category_names(text: str) -> list[str]:
+    """``A+B`` -> ["A", "B"], blanks dropped: how every option names categories."""
+    return [name.strip() for name in text.split("+") if name.strip()]
+
+
 def only_categories(by_category: dict[str, list], wanted: list[str]) -> dict[str, list]:
     """The categories named in a "specbench:A+B" dataset, in file order; an
     unknown name is an error naming it and the categories there are."""
@@ -75,7 +80,7 @@ def parse_category_sets(text: str, option: str, name: str) -> dict[str, list[str
     sets: dict[str, list[str]] = {}
     for entry in (part.strip() for part in text.split(",")):
         key, sep, categories = entry.partition("=")
-        names = [c.strip() for c in categories.split("+") if c.strip()]
+        names = category_names(categories)
         if not sep or not key.strip() or not names:
             raise ValueError(f"{option}: {entry!r} is not {name}=CATEGORY[+CATEGORY...]")
         if key.strip() in sets:
