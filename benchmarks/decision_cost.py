@@ -7,13 +7,13 @@ batch size, two regimes are timed over ``--steps`` synthetic steps, with
 fixed step costs (the CPU's shape) so that only the decision is measured:
 
 - *skip*: costs under which drafting never pays: each step is one plan
-  (``plan_batch``) and the observation of the step's verification; this is
+  (``plan_batch``) and the step's observation (``observe_step``); this is
   all the policy does on a step of a busy CPU at batch 16;
 - *draft*: costs under which drafting pays: the plan, then the per-token
   stop after every draft pass until each request stops or reaches the cap
   (``draft_on``, fed token probabilities that keep most drafts going), then
-  the verification of every draft (``observe``, which also calibrates the
-  token acceptance).
+  the verification of every draft (the next step's ``observe_step``, which
+  also calibrates the token acceptance).
 
 What the proposer adds around the policy (tensor book-keeping, the
 transfer of each pass's token probabilities to the host) is in the engine's
@@ -26,7 +26,13 @@ import argparse
 import random
 import time
 
-from vllm_gammatune.policies import BatchView, CostAwarePolicy, FixedLinearCost
+from vllm_gammatune.policies import (
+    BatchView,
+    CostAwarePolicy,
+    FixedLinearCost,
+    StepObservation,
+    Verification,
+)
 
 #: never pays: a draft pass costs as much as a target step
 SKIP_COSTS = (FixedLinearCost(0.10, 0.0), FixedLinearCost(0.10, 0.0))
@@ -41,7 +47,9 @@ def time_steps(batch_size: int, cap: int, steps: int, costs,
     rng = random.Random(seed)
     policy = CostAwarePolicy(cap, target_cost=costs[0], draft_cost=costs[1],
                              check_cycles=False)
-    states = [policy.new_state() for _ in range(batch_size)]
+    req_ids = [f"r{i}" for i in range(batch_size)]
+    states_by_id = {r: policy.new_state() for r in req_ids}
+    states = [states_by_id[r] for r in req_ids]
     lengths = [0] * batch_size
     # the token probabilities the draft would give: drawn before timing
     probs = [[[min(0.999, rng.betavariate(8, 1)) for _ in range(batch_size)]
@@ -51,9 +59,9 @@ def time_steps(batch_size: int, cap: int, steps: int, costs,
     for step in range(steps):
         started = time.perf_counter()
         batch = BatchView(batch_size, batch_size + sum(lengths))
-        for state, k in zip(states, lengths):
-            if k:
-                policy.observe(state, k, k - 1, batch)
+        verifications = tuple(Verification(r, step - 1, k, k - 1, num_reqs=batch_size)
+                              for r, k in zip(req_ids, lengths) if k)
+        policy.observe_step(StepObservation(step, verifications), states_by_id)
         plan = policy.plan_batch(states, batch)
         planning += time.perf_counter() - started
         started = time.perf_counter()

@@ -1,11 +1,11 @@
-"""benchmarks.paired's interleaved rounds, with each engine's CPU time beside its wall time.
+"""benchmarks.run_paired's interleaved rounds, with each engine's CPU time beside its wall time.
 
     python -m benchmarks.idle_overhead --out benchmarks/runs/idle_overhead/run \\
         --methods no_spec,gammatune_cost_never --baseline no_spec --k 8 \\
         --batch-sizes 4,1 --rounds 6 --max-tokens 64 --split eval --per-category 1 --limit 4
     python -m benchmarks.idle_overhead --out DIR --summary-only
 
-Every argument is ``benchmarks.paired``'s, and so is the design (every
+Every argument is ``benchmarks.run_paired``'s, and so is the design (every
 engine alive at once in one process, each batch on every engine back to
 back, the first engine rotating; rows in ``paired.jsonl``, resumable; wall-clock summary in
 ``paired.md``). Added: each row's ``cpu_seconds``, the user+system CPU time
@@ -31,7 +31,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from benchmarks import paired
+from gammatune_tools.bench import paired_runs
 from gammatune_tools.bench.counters import EngineCounts
 from gammatune_tools.bench.paired import ROWS_FILE, baseline_first, complete_rounds
 from gammatune_tools.bench.prompts import load_prompts
@@ -127,7 +127,8 @@ def write_cpu_summary(out: Path, methods: list[str], num_prompts: int,
 def main() -> None:
     argv = sys.argv[1:]
     try:
-        paired.main(engine_counts=CpuEngineCounts)
+        paired_runs.main(description=__doc__.splitlines()[0],
+                         engine_counts=CpuEngineCounts)
     finally:
         out = Path(argv[argv.index("--out") + 1]) if "--out" in argv else None
         context = None if out is None else out / "context.json"

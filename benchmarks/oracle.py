@@ -4,7 +4,7 @@
 
 Each ``RUN`` (a folder; a relative one not found as given is looked up
 beside ``--out``, so a config's runs and their oracle share one folder) is a
-``benchmarks.paired`` run of one method (the same in every run, e.g.
+``benchmarks.run_paired`` run of one method (the same in every run, e.g.
 ``gammatune_cost``) against one static choice (its baseline, e.g.
 ``no_spec`` or ``vllm_draft_model@3``), on the same prompts at the same
 batch sizes. Why chained: only two engines of the real pair fit in memory at
@@ -31,7 +31,7 @@ run's noise ``sigma``, and the **noise floor** is the oracle's expected
 ratio if every choice were exactly as fast as the method on every batch,
 ``E[exp(min_c N(0, sigma^2 / runs_c))]`` (simulated). Choices measured in
 different runs meet only through the method's engine, which differs from
-run to run as any engine instance does (``benchmarks.paired``: A/A runs).
+run to run as any engine instance does (``benchmarks.run_paired``: A/A runs).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from vllm_gammatune.draft_kv.holes import DraftKVHoles
 from vllm_gammatune.drafter.request_records import RequestRecords
 from vllm_gammatune.methods import (DEFAULT_ADASD_NUM_SPECULATIVE_TOKENS, PLUGIN_METHODS,
                                     split_speculative_config)
-from vllm_gammatune.policies import BatchView
+from vllm_gammatune.policies import Verification
 
 NUM_REQUESTS = 1000
 
@@ -29,7 +29,6 @@ def bytes_per_request(method: str) -> float:
     settings, _ = split_speculative_config(
         {"method": method, "model": "draft"}, {"model", "num_speculative_tokens"})
     policy = settings.make_policy()
-    batch = BatchView(batch_size=1)
     # vLLM-like request ids, made before measuring: vLLM keeps them anyway
     req_ids = [f"cmpl-{i:032x}-0" for i in range(NUM_REQUESTS)]
     tracemalloc.start()
@@ -41,7 +40,8 @@ def bytes_per_request(method: str) -> float:
         if hasattr(policy, "observe_verification"):  # AdaSD
             records.set_policy_state(req_id, state)
         else:
-            records.set_policy_state(req_id, policy.observe(state, 3, 2, batch))
+            verified = policy.observe(state, Verification(req_id, 0, 3, 2))
+            records.set_policy_state(req_id, verified)
         if method == "gammatune_cost":
             holes.on_skipped([req_id], [100 + i])
     after = tracemalloc.take_snapshot()

@@ -3,9 +3,9 @@
 Each name is a file ``benchmarks/configs/NAME.json`` holding the exact
 arguments the published run used. This module only turns that file into
 command lines of the benchmark commands (``python -m benchmarks.X`` for
-``run_bench``, ``paired``, ``oracle``, ``idle_overhead``, ``serve_bench``,
-``report``, ``gsm8k_quality``, ``plugin_memory``, ``gpu_suite``,
-``traffic``) and runs them one after
+``run_bench``, ``run_paired``, ``oracle``, ``idle_overhead``, ``serve_bench``,
+``write_report``, ``gsm8k_quality``, ``plugin_memory``, ``gpu_suite``,
+``run_traffic``) and runs them one after
 another from the repository root; the measuring is theirs.
 
     python -m benchmarks.reproduce --list
@@ -20,7 +20,7 @@ A config file::
      "env": {"VLLM_CPU_KVCACHE_SPACE": "1"},
      "quick_env": {"VLLM_CPU_KVCACHE_SPACE": "1"},
      "steps": [{"harness": "run_bench", "subdir": "", "args": {"methods": "...", ...}},
-               {"harness": "report"}]}
+               {"harness": "write_report"}]}
 
 ``args`` keys are the harness's options with ``_`` for ``-``; ``true`` is a
 flag, a list repeats the option. ``quick`` overrides the same keys in every
@@ -55,20 +55,20 @@ RUNS = BENCHMARKS / "runs"
 #: folder is passed: "--out", "positional" or not at all
 HARNESS = {
     "run_bench": "--out",
-    "paired": "--out",
+    "run_paired": "--out",
     "oracle": "--out",
     "idle_overhead": "--out",
     "serve_bench": "--out",
-    "report": "positional",
+    "write_report": "positional",
     "gsm8k_quality": "positional",
     "plugin_memory": None,
     "gpu_suite": "--out",
-    "traffic": "--out",
+    "run_traffic": "--out",
 }
 
 #: harnesses that load models and accept --methods, --target and --draft
-ENGINE_HARNESS = ("run_bench", "paired", "idle_overhead", "serve_bench", "gpu_suite",
-                  "traffic")
+ENGINE_HARNESS = ("run_bench", "run_paired", "idle_overhead", "serve_bench", "gpu_suite",
+                  "run_traffic")
 
 #: harnesses whose own --dry-run lists the cells they would measure
 LISTS_CELLS = ("gpu_suite",)

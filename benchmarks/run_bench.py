@@ -3,7 +3,7 @@
 One engine per (method, k); every batch size and temperature of the cell
 runs in it. Results are appended to a JSONL file one cell at a time, so a
 killed run resumes where it stopped (cells already in the file are skipped).
-``python -m benchmarks.report`` turns the file into Markdown tables and plots.
+``python -m benchmarks.write_report`` turns the file into Markdown tables and plots.
 
     python -m benchmarks.run_bench --out benchmarks/runs/quick \\
         --methods no_spec,vllm_draft_model,fixed_draft,gammatune --k quick \\
@@ -23,7 +23,7 @@ turn after the model's own answer to the first, as Spec-Bench does;
 Progress: one line on stderr (tqdm) with the prompts done over the whole
 run, the time left, and the current cell's progress. ``--trace`` writes each
 engine's per-request draft lengths (``VLLM_GAMMATUNE_TRACE``) to
-``<out>/traces/`` for ``benchmarks.report``'s Figure 2a-style plot.
+``<out>/traces/`` for ``benchmarks.write_report``'s Figure 2a-style plot.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ to ``--out``.
 Interleaved (``--rounds N``, one ``--k``): every method's server is started
 at once, and each round runs the client at each concurrency against every
 server in turn, the first rotating, so the machine's drift over minutes
-cancels in the per-round ratios (``benchmarks.paired`` does the same offline).
+cancels in the per-round ratios (``benchmarks.run_paired`` does the same offline).
 Rows carry ``round`` and ``position``; ``serve_paired.md`` has the ratios to
 the first method with a 95% t-interval over rounds. ``no_spec#2`` names a
 second server of ``no_spec`` (A/A). ``--fresh-servers`` keeps one server

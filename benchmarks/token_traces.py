@@ -20,7 +20,7 @@ stop would make against fixed draft lengths and an oracle.
    plus the Brier score and log loss, for ``predicted_acceptance`` (the
    method's online estimate, in ``gammatune_cost`` traces) and the raw
    ``token_probs`` (the draft's own probability, the estimate's cold start).
-2. Projection (``benchmarks.token_projection``): under the renewal
+2. Projection (``gammatune_tools.bench.token_projection``): under the renewal
    approximation, each verification that drafted at least ``--max-k``
    tokens is a sample of the draft's next tokens and of how many the target
    accepts; tokens per second of no speculation, every fixed K, the
@@ -52,11 +52,11 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.token_projection import (RATE_ITERATIONS, Costs, cost_structures, project,
-                                         projection_samples)
 from gammatune_tools.bench.plots import pyplot
 from gammatune_tools.bench.records import read_jsonl
 from gammatune_tools.bench.tables import fmt
+from gammatune_tools.bench.token_projection import (RATE_ITERATIONS, Costs, cost_structures,
+                                                    project, projection_samples)
 from gammatune_tools.bench.traces import Verification, read_traces, token_labels
 from vllm_gammatune.policies.cost_aware.token_acceptance import PROB_FLOOR
 

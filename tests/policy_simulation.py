@@ -11,8 +11,9 @@ To prove that a refactor of ``policies/`` changes no decision::
     python tests/policy_simulation.py record FILE     # every scenario, as JSON
     python tests/policy_simulation.py compare FILE_A FILE_B
 
-Each scenario drives ``CostAwarePolicy`` through the hooks the proposer calls
-(``DraftLengthPolicy``) on a seeded engine: requests join with prompts
+Each scenario drives ``CostAwarePolicy`` as the drafter does (one
+``StepObservation`` before each plan, the per-token rule after each pass) on
+a seeded engine: requests join with prompts
 (prompt-chunk steps), decode and leave; skipped steps leave catch-ups; the
 clock charges linear costs with noise and the odd idle gap; each draft token
 has a probability that is also its chance of acceptance, easy and hard
@@ -31,7 +32,19 @@ import json
 import random
 import sys
 
-from vllm_gammatune.policies import BatchView, CostAwarePolicy, FixedLinearCost
+from vllm_gammatune.policies import (
+    BatchView,
+    CatchUpPassTiming,
+    CostAwarePolicy,
+    CycleTimings,
+    CycleWallTime,
+    DraftPassTiming,
+    FixedLinearCost,
+    PassesRun,
+    StepObservation,
+    TargetStepTiming,
+    Verification,
+)
 from vllm_gammatune.policies.cost_aware.planner import best_plan, predicted_step
 
 # Shapes seen on the 2-core CPU with the Qwen 1.5B/0.5B pair (seconds): a
@@ -51,9 +64,9 @@ def trained_states(p: CostAwarePolicy, num_reqs: int, drafted: int, accepted: in
     states = [p.new_state() for _ in range(num_reqs)]
     for state in states:
         for _ in range(20):
-            p.observe(state, drafted, accepted, BatchView(num_reqs))
+            p.observe(state, Verification("r", 0, drafted, accepted, num_reqs=num_reqs))
         # requests that have drafted: past their first probe (due at once)
-        state.probe_interval = p.probes.probe_interval
+        state.probes.probe_interval = p.probes.probe_interval
     return states
 
 
@@ -63,10 +76,10 @@ def measured_cpu_policy(prompt_pass: bool = True, **kwargs) -> CostAwarePolicy:
     of 171 tokens 0.4 s (the warm-up's; no catch-up yet)."""
     p = CostAwarePolicy(8, **kwargs)
     for n in (16, 32, 16, 48, 16, 32):
-        p.observe_target_step(n, 0.10 + 0.0075 * n, 16)
-        p.observe_draft_pass(n, 0.030 + 0.00005 * n, 16)
+        p.observe_costs([TargetStepTiming(n, 0.10 + 0.0075 * n, 16),
+                         DraftPassTiming(n, 0.030 + 0.00005 * n, 16)])
     if prompt_pass:
-        p.observe_catch_up_pass(171, 0.4)
+        p.observe_costs([CatchUpPassTiming(171, 0.4)])
     return p
 
 
@@ -80,7 +93,8 @@ def plan_of(p: CostAwarePolicy, states, batch: BatchView, rates=None,
         drafting_scale = (1.0 if p.cycle_check is None
                           else p.cycle_check.drafting_scale(num_reqs))
     return best_plan(p.costs.at(batch.num_scheduled_tokens, num_reqs),
-                     p.acceptance.rates(states) if rates is None else rates,
+                     p.acceptance.rates([s.acceptance for s in states])
+                     if rates is None else rates,
                      batch.catch_up_tokens, batch.remaining_tokens,
                      max_num_draft_tokens=p.max_num_draft_tokens,
                      drafting_scale=drafting_scale, min_draft_gain=p.min_draft_gain,
@@ -101,29 +115,36 @@ def simulate(p: CostAwarePolicy, num_reqs: int, steps: int, rate: float,
     ``drafted_step_slowdown`` times what the fixed costs say. Returns each
     step's drafted lengths."""
     rng = random.Random(seed)
-    states = [p.new_state() for _ in range(num_reqs)]
+    states = {f"r{i}": p.new_state() for i in range(num_reqs)}
     t_base, t_slope = p.target_cost.coefficients()
     plans, drafted = [], [0] * num_reqs
-    for _ in range(steps):
+    for step in range(steps):
         batch = BatchView(num_reqs, num_reqs + sum(drafted))
-        plan = draft_like_the_proposer(p, states, batch, rate, drafted_step_slowdown)
+        plan, timings = draft_like_the_proposer(p, list(states.values()), batch, rate,
+                                                drafted_step_slowdown)
         plans.append(plan)
         slow = drafted_step_slowdown if max(plan) else 1.0
-        for state, k in zip(states, plan):  # the verification, next step
+        verifications = []
+        for req_id, k in zip(states, plan):  # the verification, next step
             if k:
                 accepted = 0
                 while accepted < k and rng.random() < rate:
                     accepted += 1
-                p.observe(state, k, accepted, batch)
+                verifications.append(Verification(req_id, step, k, accepted,
+                                                  num_reqs=num_reqs))
         scheduled = num_reqs + sum(plan)
-        p.observe_target_step(scheduled, (t_base + t_slope * scheduled) * slow, num_reqs)
+        target = TargetStepTiming(scheduled, (t_base + t_slope * scheduled) * slow, num_reqs)
+        p.observe_step(StepObservation(step + 1, tuple(verifications),
+                                       CycleTimings(timings, (target,))), states)
         drafted = plan
     return plans
 
 
-def draft_like_the_proposer(p, states, batch, token_prob, slowdown=1.0) -> list[int]:
+def draft_like_the_proposer(p, states, batch, token_prob,
+                            slowdown=1.0) -> tuple[list[int], tuple]:
     """One step: the plan, then the draft passes with the policy's per-token
-    stop, timed at the draft's fixed cost; the lengths drafted."""
+    stop, timed at the draft's fixed cost: (the lengths drafted, the
+    timings the drafter hands over in the next observation)."""
     import torch
 
     from vllm_gammatune.drafter.draft_step import DraftStep
@@ -133,15 +154,17 @@ def draft_like_the_proposer(p, states, batch, token_prob, slowdown=1.0) -> list[
     step = DraftStep(p.plan_batch(states, batch), torch.device("cpu"),
                      token_rule=lambda position, probs, active: p.draft_on(
                          states, position, probs, active))
-    for position in range(1, step.num_steps + 1):
+    timings = []
+    for position in range(1, step.num_passes + 1):
         tokens = batch.num_scheduled_tokens + num_reqs if position == 1 else num_reqs
-        p.observe_draft_pass(tokens, (d_base + d_slope * tokens) * slowdown, num_reqs)
+        timings.append(DraftPassTiming(tokens, (d_base + d_slope * tokens) * slowdown,
+                                       num_reqs))
         if step.record(torch.zeros(num_reqs, dtype=torch.long), None, None,
                        torch.full((num_reqs,), token_prob)):
             break
-    if step.num_steps:
-        p.draft_ended(len(step.token_ids))
-    return step.lengths.tolist()
+    if step.num_passes:
+        timings.append(PassesRun(len(step.token_ids)))
+    return step.lengths.tolist(), tuple(timings)
 
 
 # -- recording decisions, to compare two versions of the code ---------------------
@@ -191,6 +214,7 @@ class _Request:
     catch_up: int = 0
     easy: bool = True
     drafted: int = 0  # draft tokens awaiting verification
+    drafted_at: int = 0  # the step whose plan made them
     probs: list = dataclasses.field(default_factory=list)
 
 
@@ -200,16 +224,18 @@ def _decision(policy) -> dict | None:
 
 
 def _draft(policy, requests, plan, rng, clock, easy_hard, first_pass_tokens: int,
-           has_prefill: bool) -> tuple[list, list, int]:
+           has_prefill: bool) -> tuple[list, list, int, list]:
     """The draft passes of one step under the per-token stop: (lengths,
-    draft_on decisions, passes run); times every pass."""
+    draft_on decisions, passes run, the timings the drafter hands over in the
+    next observation); times every pass."""
     target_base, target_slope, pass_base, pass_slope, catch_up_slope = clock
     states = [r.state for r in requests]
     lengths, stopped = list(plan), [k == 0 for k in plan]
-    decisions, position = [], 0
+    decisions, position, timings = [], 0, []
     missed = sum(r.catch_up for r, k in zip(requests, plan) if k)
     if missed:
-        policy.observe_catch_up_pass(missed, catch_up_slope * missed * rng.uniform(0.9, 1.1))
+        timings.append(CatchUpPassTiming(
+            missed, catch_up_slope * missed * rng.uniform(0.9, 1.1)))
     for r in requests:
         r.probs = []
     while not all(stopped):
@@ -217,9 +243,9 @@ def _draft(policy, requests, plan, rng, clock, easy_hard, first_pass_tokens: int
         tokens = first_pass_tokens if position == 1 else len(requests)
         seconds = (pass_base + pass_slope * tokens) * rng.uniform(0.95, 1.05)
         if position == 1 and has_prefill:  # prefill-like: priced as a catch-up
-            policy.observe_catch_up_pass(tokens, seconds + catch_up_slope * tokens)
+            timings.append(CatchUpPassTiming(tokens, seconds + catch_up_slope * tokens))
         else:
-            policy.observe_draft_pass(tokens, seconds, len(requests))
+            timings.append(DraftPassTiming(tokens, seconds, len(requests)))
         probs = []
         for r in requests:
             centre = easy_hard[0] if r.easy else easy_hard[1]
@@ -236,8 +262,8 @@ def _draft(policy, requests, plan, rng, clock, easy_hard, first_pass_tokens: int
             elif position >= plan[i]:
                 stopped[i] = True
     if position:
-        policy.draft_ended(position)
-    return lengths, decisions, position
+        timings.append(PassesRun(position))
+    return lengths, decisions, position, timings
 
 
 def _run(name: str) -> list[dict]:
@@ -248,24 +274,27 @@ def _run(name: str) -> list[dict]:
     policy = CostAwarePolicy(8, **kwargs)
     requests: list[_Request] = []
     scheduled, records, wall = 0, [], 0.0
+    drafting: list = []  # the last step's drafting timings
     for step in range(steps):
         # the target step that verified the last drafts, then their verification
+        target = []
         if requests:
             seconds = (target_base + target_slope * scheduled) * rng.uniform(0.95, 1.05)
             if rng.random() < 0.01:
                 seconds += 20.0  # an idle gap
-            policy.observe_target_step(scheduled, seconds, len(requests))
+            target.append(TargetStepTiming(scheduled, seconds, len(requests)))
             wall += seconds
-        verified = []
-        for r in requests:
+        verified, verifications = [], []
+        for i, r in enumerate(requests):
             if r.drafted:
                 accepted = 0
                 while accepted < r.drafted and rng.random() < r.probs[accepted]:
                     accepted += 1
-                details = policy.verification_details(r.state, r.drafted)
-                r.state = policy.observe(r.state, r.drafted, accepted,
-                                         BatchView(len(requests)))
-                verified.append((r.drafted, accepted, details))
+                verification = Verification(f"r{i}", r.drafted_at, r.drafted, accepted,
+                                            num_reqs=len(requests))
+                verifications.append((r, verification))
+                verified.append((r.drafted, accepted,
+                                 policy.verification_details(r.state, verification)))
                 r.generated += accepted
             r.drafted = 0
         requests = [r for r in requests
@@ -274,10 +303,20 @@ def _run(name: str) -> list[dict]:
         while len(requests) < max_batch and rng.random() < 0.3:
             requests.append(_Request(policy.new_state(), rng.choice([1, 30, 200]),
                                      rng.choice([None, 40, 300])))
+        if requests:
+            target.append(CycleWallTime(wall * rng.uniform(1.0, 1.1)))
+            wall = 0.0
+        # one observation a step, before the plan: the last step's drafting,
+        # the verifications, the target step
+        states = {v.req_id: r.state for r, v in verifications}
+        policy.observe_step(StepObservation(step, tuple(v for _, v in verifications),
+                                            CycleTimings(tuple(drafting), tuple(target))),
+                            states)
+        for r, v in verifications:
+            r.state = states[v.req_id]
+        drafting = []
         if not requests:
             continue
-        policy.observe_cycle_wall_time(wall * rng.uniform(1.0, 1.1))
-        wall = 0.0
         for r in requests:
             if rng.random() < 0.08:
                 r.easy = not r.easy
@@ -294,8 +333,9 @@ def _run(name: str) -> list[dict]:
         else:
             plan = policy.plan_batch(states, batch)
         decision = _decision(policy)
-        lengths, decisions, passes = _draft(policy, requests, plan, rng, clock, easy_hard,
-                                            scheduled + len(requests), has_prefill)
+        lengths, decisions, passes, drafting = _draft(policy, requests, plan, rng, clock,
+                                                      easy_hard, scheduled + len(requests),
+                                                      has_prefill)
         for r, c, k in zip(requests, chunks, lengths):
             r.prompt_left -= c
             r.generated += 1 if r.prompt_left <= 0 else 0
@@ -303,7 +343,7 @@ def _run(name: str) -> list[dict]:
                 r.catch_up += max(1, c)
             elif k:
                 r.catch_up = 0
-            r.drafted = k
+            r.drafted, r.drafted_at = k, step
         scheduled += sum(lengths)
         check = policy.cycle_check
         records.append({

@@ -4,8 +4,9 @@ changes no behaviour.
     python tests/record_behaviour.py record DIR      # one engine per method config
     python tests/record_behaviour.py compare DIR_A DIR_B
 
-For each method configuration (every registered method; ``gammatune_cost`` with
-fixed step costs, so that its plan does not read the clock), an in-process
+For each method configuration (every registered method and drafter, some also
+on the CUDA hot path forced on the CPU; ``gammatune_cost`` with fixed step
+costs, so that its plan does not read the clock), an in-process
 engine on the tiny models generates a mixed batch greedily and a seeded
 sampled batch, with ``VLLM_GAMMATUNE_TRACE`` on. The record is the outputs'
 token ids, the trace (every verification: draft length, accepted count, the
@@ -33,6 +34,10 @@ import tempfile
 PAYS = {"target_step_s": 0.1, "target_token_s": 0.0, "draft_pass_s": 0.005,
         "draft_token_s": 0.0}
 RARELY_PAYS = {**PAYS, "draft_pass_s": 0.06}
+#: a draft pass costs 40% of a target step: the lookup's drafts win where
+#: they are offered, the draft model drafts for the others
+LOOKUP_PAYS = {**PAYS, "target_step_s": 0.01, "draft_pass_s": 0.004}
+NGRAM = {"drafter": "ngram", "prompt_lookup_min": 1, "prompt_lookup_max": 3}
 CONFIGS = {
     "gammatune": {"method": "gammatune", "gamma_init": 2},
     "gammatune_plus": {"method": "gammatune_plus", "gamma_init": 4,
@@ -50,6 +55,20 @@ CONFIGS = {
     "gammatune_cost_probes": {"method": "gammatune_cost", "probe_interval": 2,
                               "probe_budget": 1.0, "fixed_step_costs": RARELY_PAYS},
 }
+#: vLLM's n-gram lookup, alone and ahead of the draft model
+NGRAM_CONFIGS = {
+    "gammatune_ngram": {"method": "gammatune", "gamma_init": 2, **NGRAM},
+    "gammatune_cost_ngram": {"method": "gammatune_cost", "token_stop": False,
+                             "fixed_step_costs": PAYS, **NGRAM},
+    "gammatune_cost_ngram_model": {"method": "gammatune_cost", "fixed_step_costs": LOOKUP_PAYS,
+                                   **NGRAM, "drafter": "ngram+draft_model"},
+}
+#: configurations run again on the CUDA hot path (forced on the CPU): one read
+#: a step, each verification observed before the plan after next
+HOT_PATH_CONFIGS = ("gammatune", "gammatune_plus", "adasd", "adasd_verification",
+                    "gammatune_cost", "gammatune_cost_probes")
+HOT = "@hot_path"
+ALL_CONFIGS = [*CONFIGS, *NGRAM_CONFIGS, *(name + HOT for name in HOT_PATH_CONFIGS)]
 PROMPTS = [
     "def add(a, b):",
     "The quick brown fox jumps over the lazy dog. " * 6,
@@ -78,9 +97,14 @@ def _run_one(name: str, models: dict, out_dir: str) -> None:
     if os.path.exists(trace_path):
         os.remove(trace_path)
     os.environ["VLLM_GAMMATUNE_TRACE"] = trace_path
+    base, hot = name.removesuffix(HOT), name.endswith(HOT)
+    os.environ["VLLM_GAMMATUNE_CUDA_HOT_PATH"] = "1" if hot else "0"
     from vllm import LLM, SamplingParams
 
-    spec = {"model": models["draft"], "num_speculative_tokens": 8, **CONFIGS[name]}
+    config = {**CONFIGS, **NGRAM_CONFIGS}[base]
+    spec = {"num_speculative_tokens": 8, **config}
+    if config.get("drafter") != "ngram":
+        spec["model"] = models["draft"]
     llm = LLM(model=models["target"], speculative_config=spec, enforce_eager=True,
               max_model_len=512, dtype="float32", seed=0, max_num_seqs=16,
               gpu_memory_utilization=0.2, disable_log_stats=False)
@@ -124,7 +148,9 @@ def record(out_dir: str) -> None:
     models = build_tiny_models(root)
     env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
            "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
-    for name in CONFIGS:
+    for name in ALL_CONFIGS:
+        if os.path.exists(os.path.join(out_dir, f"{name}.outputs.json")):
+            continue  # resumable
         subprocess.run([sys.executable, __file__, "_one", name, json.dumps(models), out_dir],
                        env=env, check=True, stdout=subprocess.DEVNULL,
                        stderr=open(os.path.join(out_dir, f"{name}.stderr"), "w"))
@@ -143,7 +169,7 @@ def _metrics_problem(metrics_a: dict, metrics_b: dict) -> str | None:
 
 def compare(dir_a: str, dir_b: str) -> int:
     differing = 0
-    for name in CONFIGS:
+    for name in ALL_CONFIGS:
         parts = {}
         for d in (dir_a, dir_b):
             with open(os.path.join(d, f"{name}.outputs.json")) as f:

@@ -2,7 +2,7 @@
 
     python -m benchmarks.diagnostics.aba DIR --baseline no_spec
 
-A diagnostic: no published number uses it (``benchmarks.paired`` interleaves
+A diagnostic: no published number uses it (``benchmarks.run_paired`` interleaves
 engines in one run and is the measurement the results page cites).
 
 On this CPU a single baseline run moves by 10-25% within an hour, so a ratio

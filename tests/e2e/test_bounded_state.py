@@ -40,9 +40,10 @@ def table_sizes(plugin_drafter, writer) -> dict[str, int]:
 def test_tables_empty_after_many_requests_with_tracing(tiny, tmp_path, monkeypatch, method):
     from vllm import SamplingParams
 
+    from vllm_gammatune import envs
     from vllm_gammatune.telemetry import trace
 
-    monkeypatch.setenv(trace.ENV_VAR, str(tmp_path / "trace.jsonl"))
+    monkeypatch.setenv(envs.TRACE, str(tmp_path / "trace.jsonl"))
     trace._reset_for_tests()
     rng = random.Random(0)
     spec = {**SPECS[method], "model": tiny["draft"]}

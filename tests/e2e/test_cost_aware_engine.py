@@ -48,15 +48,19 @@ def test_measured_costs_greedy_equals_target(tiny, reference):  # noqa: F811
 
 
 def record_catch_up_passes(policy) -> list[tuple[int, float]]:
-    """Record every (tokens, seconds) the policy's catch-up fit is fed."""
+    """Record every (tokens, seconds) the policy's catch-up fit is fed (each
+    ``CatchUpPassTiming`` its cost observations carry)."""
+    from vllm_gammatune.policies import CatchUpPassTiming
+
     passes = []
-    original = policy.observe_catch_up_pass
+    original = policy.observe_costs
 
-    def recording(num_tokens, seconds):
-        passes.append((num_tokens, seconds))
-        original(num_tokens, seconds)
+    def recording(timings):
+        passes.extend((t.num_tokens, t.seconds) for t in timings
+                      if isinstance(t, CatchUpPassTiming))
+        original(timings)
 
-    policy.observe_catch_up_pass = recording
+    policy.observe_costs = recording
     return passes
 
 
@@ -105,10 +109,11 @@ def test_trace_logs_every_engine_step_decision(tiny, tmp_path, monkeypatch):
     (built only then); the plan lines count the engine's steps."""
     import json
 
+    from vllm_gammatune import envs
     from vllm_gammatune.telemetry import trace
 
     path = tmp_path / "trace.jsonl"
-    monkeypatch.setenv(trace.ENV_VAR, str(path))
+    monkeypatch.setenv(envs.TRACE, str(path))
     trace._reset_for_tests()
     spec = {"method": "gammatune_cost", "model": tiny["draft"], "num_speculative_tokens": 4}
     try:
@@ -313,10 +318,11 @@ def test_per_token_stop_cuts_drafts_losslessly_and_traces_its_estimates(
     and the rule's estimate of its acceptance."""
     import json
 
+    from vllm_gammatune import envs
     from vllm_gammatune.telemetry import trace
 
     path = tmp_path / "trace.jsonl"
-    monkeypatch.setenv(trace.ENV_VAR, str(path))
+    monkeypatch.setenv(envs.TRACE, str(path))
     trace._reset_for_tests()
     spec = {"method": "gammatune_cost", "model": tiny["draft"], "num_speculative_tokens": 6,
             "fixed_step_costs": CHEAP_PASSES}

@@ -1,4 +1,4 @@
-"""``python -m benchmarks.traffic`` on the tiny models: two fresh servers (no
+"""``python -m benchmarks.run_traffic`` on the tiny models: two fresh servers (no
 speculation, traced ``gammatune_cost``), one round of quiet, busy and quiet
 again through vLLM's own client, and the report."""
 
@@ -23,7 +23,7 @@ def test_one_round_of_the_trace_on_two_servers(tiny, tmp_path):
     env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)  # the servers' real, spawned layout
     env["VLLM_CPU_KVCACHE_SPACE"] = "1"
     run = subprocess.run(
-        [sys.executable, "-m", "benchmarks.traffic", "--out", str(out),
+        [sys.executable, "-m", "benchmarks.run_traffic", "--out", str(out),
          "--logs", str(tmp_path / "logs"), "--target", tiny["target"], "--draft", tiny["draft"],
          "--dtype", "float32", "--max-model-len", "1024", "--methods", "no_spec,gammatune_cost@4",
          "--kinds", "code=coding,math=math,long=extraction", "--phases", PHASES,

@@ -13,8 +13,10 @@ from vllm_gammatune.policies.adasd import (
     AdaSDState,
 )
 from vllm_gammatune.policies.base import BatchView, DraftLengthPolicy
+from vllm_gammatune.policies.contracts import ConfidenceStop, RelaxedVerifier, ThresholdStop
+from vllm_gammatune.policies.observation import TokenVerdicts, Verification
 
-BATCH = BatchView(batch_size=1)
+BATCH = BatchView(num_reqs=1)
 
 
 def observe_all(policy, observations, state=None):
@@ -253,15 +255,20 @@ def test_modes_list():
 
 
 # -- interface and bad arguments ---------------------------------------------------
-def test_capabilities_route_learning_and_stops_through_the_base_contract():
+def test_contracts_route_learning_and_stops_through_the_narrow_contracts():
     policy = AdaSDPolicy(16, 16, "both")
     assert isinstance(policy, DraftLengthPolicy)
-    assert policy.confidence_threshold is None
+    # no confidence stop
+    assert not isinstance(policy, ConfidenceStop)
     # it learns token by token at the rejection sampler, not from counts
-    assert policy.learns_per_token and policy.relaxes_verification
+    assert isinstance(policy, RelaxedVerifier) and policy.relaxes_verification
     state = policy.observe_verification(policy.new_state(), [0.1, 0.2], (2.5, 0.6))
-    assert policy.observe(state, 4, 2, BATCH) is state
-    # its entropy stop is the base class's per-token stop, at T_G
+    assert policy.observe(state, Verification("r", 0, 4, 2, num_reqs=1)) is state
+    verdicts = TokenVerdicts(accepted_distances=(0.1, 0.2), rejected=(2.5, 0.6))
+    assert policy.observe(policy.new_state(),
+                          Verification("r", 0, 3, 2, verdicts=verdicts)) == state
+    # its entropy stop is the threshold-stop contract's, at T_G
+    assert isinstance(policy, ThresholdStop)
     assert policy.stop_measure == "entropy"
     assert policy.stop_threshold(state) == policy.generation_threshold(state) == 2.5
     assert AdaSDPolicy(16, 16, "verification").stop_measure is None

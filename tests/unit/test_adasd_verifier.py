@@ -10,6 +10,7 @@ import torch
 
 pytest.importorskip("vllm")
 
+from vllm_gammatune.drafter.observations import deliver  # noqa: E402
 from vllm_gammatune.drafter.request_records import RequestRecords  # noqa: E402
 from vllm_gammatune.policies import AdaSDPolicy, AdaSDState  # noqa: E402
 from vllm_gammatune.verify.adasd_verifier import AdaSDVerifier  # noqa: E402
@@ -51,6 +52,12 @@ def _setup(mode: str):
     return policy, records, counters, AdaSDVerifier(policy, records, counters)
 
 
+def _learn(policy, records, verifier):
+    """The drafter's next observation: the step's verifications (of drafts
+    planned at step 0) reach the policy before the plan of step 1."""
+    deliver(policy, records, 1, verifier.take_verifications(0))
+
+
 def _never_called(*args, **kwargs):
     raise AssertionError("vLLM's rejection sampling is not needed here")
 
@@ -70,6 +77,7 @@ def test_relaxed_verification_accepts_a_close_mismatch_and_learns():
     assert output.tolist() == [[1, 2, 7], [0, -1, -1]]
     # both kept drafts are consumed; each request learned from its tokens
     assert records.num_kept_drafts == 0
+    _learn(policy, records, verifier)
     assert records.policy_state("a").num_accepted == 3
     assert records.policy_state("b").num_rejected == 1
     relaxed, thresholds_g, thresholds_v = counters.calls[0]
@@ -95,6 +103,7 @@ def test_generation_only_keeps_vllms_result_and_learns_the_rejected_entropy():
                                        torch.tensor([[7]]), GREEDY)
     assert output.tolist() == standard.tolist() and len(calls) == 1
     assert calls[0][5] is not target  # vLLM may modify the logits it is given
+    _learn(policy, records, verifier)
     state = records.policy_state("a")
     assert state.num_accepted == 1 and state.num_rejected == 1
     assert state.rejected_entropy_sum == pytest.approx(float(_kept(draft).entropies[1]))
@@ -109,6 +118,7 @@ def test_a_draft_without_kept_distributions_is_verified_exactly_and_teaches_noth
                                        torch.tensor([1, 2]), [2], 2, torch.tensor([2]),
                                        None, _logits(1, 3, 0), torch.tensor([[7]]), GREEDY)
     assert output.tolist() == standard.tolist()
+    _learn(policy, records, verifier)
     assert records.policy_state("a") == LEARNED
     assert counters.calls == [(0, [], [])]
 

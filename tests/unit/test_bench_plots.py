@@ -1,5 +1,5 @@
 """gammatune_tools.bench.plots: each plot is drawn to its file (needs the
-``bench`` extra, matplotlib)."""
+``plots`` extra of the tools, matplotlib)."""
 
 import pytest
 

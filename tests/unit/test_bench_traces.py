@@ -5,12 +5,13 @@ import json
 from bench_fixtures import trace_line, write_jsonl
 
 from gammatune_tools.bench import traces
+from vllm_gammatune import envs
 from vllm_gammatune.telemetry import trace
 
 
 def test_trace_writer_numbers_steps_per_request(tmp_path, monkeypatch):
     path = tmp_path / "trace.jsonl"
-    monkeypatch.setenv(trace.ENV_VAR, str(path))
+    monkeypatch.setenv(envs.TRACE, str(path))
     trace._reset_for_tests()
     try:
         trace.record("a", 4, 2)
@@ -33,7 +34,7 @@ def test_trace_keeps_engine_steps_apart_from_requests(tmp_path, monkeypatch):
     from vllm_gammatune.policies import StepDecision
 
     path = tmp_path / "trace.jsonl"
-    monkeypatch.setenv(trace.ENV_VAR, str(path))
+    monkeypatch.setenv(envs.TRACE, str(path))
     trace._reset_for_tests()
     decision = StepDecision(
         batch_size=2, num_scheduled_tokens=2, has_prefill=False, kind="draft",
@@ -57,7 +58,7 @@ def test_trace_keeps_engine_steps_apart_from_requests(tmp_path, monkeypatch):
 
 
 def test_trace_is_off_without_the_variable(monkeypatch):
-    monkeypatch.delenv(trace.ENV_VAR, raising=False)
+    monkeypatch.delenv(envs.TRACE, raising=False)
     trace._reset_for_tests()
     trace.record("a", 4, 2)
     assert trace.writer() is None

@@ -191,7 +191,7 @@ def test_an_untraced_server_has_no_decisions(tmp_path, monkeypatch):
 
 
 def test_the_command_waits_out_the_trace_writers_flush():
-    from benchmarks.traffic import TRACE_FLUSH_WAIT_S
+    from benchmarks.run_traffic import TRACE_FLUSH_WAIT_S
     from vllm_gammatune.telemetry.trace import FLUSH_SECONDS
 
     assert TRACE_FLUSH_WAIT_S >= 2 * FLUSH_SECONDS

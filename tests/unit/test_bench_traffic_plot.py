@@ -1,5 +1,5 @@
 """gammatune_tools.bench.traffic_plot: the client's throughput line over a
-trace, and the plot drawn (needs the ``bench`` extra, matplotlib)."""
+trace, and the plot drawn (needs the tools' ``plots`` extra, matplotlib)."""
 
 import pytest
 

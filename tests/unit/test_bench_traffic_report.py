@@ -135,7 +135,7 @@ def test_no_subject_or_no_complete_round_means_no_comparison():
 
 
 def context():
-    return {"command": "python -m benchmarks.traffic --rounds 3", "date": "2026-11-25",
+    return {"command": "python -m benchmarks.run_traffic --rounds 3", "date": "2026-11-25",
             "vllm": "0.32.0", "cpu_model": "AMD EPYC", "cpu_isa": ["avx2"],
             "args": {"max_tokens": 64, "temperature": "0", "kinds": "code=coding"}}
 
@@ -151,7 +151,7 @@ def test_the_page_holds_the_design_every_scope_and_the_decisions():
     summary = report.summarize_traffic(rows_of_three_rounds(), CHOICES, PHASES, "no_spec",
                                        "gammatune_cost@8")
     page = report.traffic_report(summary, context(), TRACE)
-    assert "`python -m benchmarks.traffic --rounds 3`" in page
+    assert "`python -m benchmarks.run_traffic --rounds 3`" in page
     assert "| quiet | 1 | 2 | all at once | code 1, long 1 | 375 / 700 |" in page
     assert "| busy | 8 | 1 | 2.0/s, burstiness 0.5 | code 1 | 60 / 60 |" in page
     assert page.count("| choice | seconds per round |") == 3  # whole and both phases

@@ -6,7 +6,13 @@ from __future__ import annotations
 import pytest
 from policy_simulation import GPU_DRAFT, GPU_TARGET, plan_of, policy, trained_states
 
-from vllm_gammatune.policies import BatchView, CostAwarePolicy, FixedLinearCost
+from vllm_gammatune.policies import (
+    BatchView,
+    CostAwarePolicy,
+    DraftPassTiming,
+    FixedLinearCost,
+    TargetStepTiming,
+)
 from vllm_gammatune.policies.cost_aware.cycle_check import MeasuredCycle
 from vllm_gammatune.policies.cost_aware.decision import DraftingShare, PlannedStep
 
@@ -16,8 +22,8 @@ def test_warms_up_by_drafting_until_costs_are_measured():
     states = [p.new_state() for _ in range(3)]
     assert p.plan_batch(states, BatchView(3, 3)) == [2, 2, 2]
     for n in (3, 9, 3, 9):
-        p.observe_target_step(n, 0.1 + 0.01 * n)
-        p.observe_draft_pass(n, 0.03 + 0.001 * n)
+        p.observe_costs([TargetStepTiming(n, 0.1 + 0.01 * n),
+                         DraftPassTiming(n, 0.03 + 0.001 * n)])
     assert p.target_cost.ready and p.draft_cost.ready
 
 

@@ -6,7 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_gammatune.policies import BatchView, CostAwarePolicy, FixedLinearCost
+from vllm_gammatune.policies import (
+    BatchView,
+    CostAwarePolicy,
+    DraftSource,
+    FixedLinearCost,
+    Verification,
+)
 from vllm_gammatune.policies.cost_aware.free_drafts import free_draft_lengths
 from vllm_gammatune.policies.cost_aware.step_costs import StepCosts
 
@@ -65,31 +71,37 @@ def fixed_policy(**kwargs):
                            draft_cost=FixedLinearCost(0.033, 0.0), **kwargs)
 
 
+def free_draft(num_draft_tokens, num_accepted_tokens):
+    """A free draft's verification (an n-gram lookup's)."""
+    return Verification("r", 0, num_draft_tokens, num_accepted_tokens,
+                        source=DraftSource.FREE)
+
+
 def test_the_policy_learns_free_drafts_apart_from_the_draft_models():
     policy = fixed_policy()
     state = policy.new_state()
-    model_rate = policy.acceptance.rate(state)
+    model_rate = policy.acceptance.rate(state.acceptance)
     for _ in range(6):
-        policy.observe_free_draft(state, 4, 4)
+        policy.observe(state, free_draft(4, 4))
     assert policy.free_acceptance.rate(state.free_drafts) > 0.8
-    assert policy.acceptance.rate(state) == model_rate
+    assert policy.acceptance.rate(state.acceptance) == model_rate
     # a new request starts from the engine's free-draft rate
     assert policy.free_acceptance.rate(policy.new_state().free_drafts) > 0.5
     with pytest.raises(ValueError):
-        policy.observe_free_draft(state, 2, 3)
+        policy.observe(state, free_draft(2, 3))
 
 
 def test_the_policy_plans_free_drafts_then_the_model_for_the_others():
     policy = fixed_policy()
     states = [policy.new_state(), policy.new_state()]
     for _ in range(6):
-        policy.observe_free_draft(states[0], 4, 4)
-        policy.observe(states[1], 4, 4, BatchView(batch_size=2))
-    batch = BatchView(batch_size=2, num_scheduled_tokens=2)
+        policy.observe(states[0], free_draft(4, 4))
+        policy.observe(states[1], Verification("r", 0, 4, 4, num_reqs=2))
+    batch = BatchView(num_reqs=2, num_scheduled_tokens=2)
     free = policy.free_draft_lengths(states, [8, 0], batch)
     assert free == [8, 0]
     # the model's plan sees a limit of 0 where the free draft is verified
-    batch = BatchView(batch_size=2, num_scheduled_tokens=2, draft_limits=(0, 8),
+    batch = BatchView(num_reqs=2, num_scheduled_tokens=2, draft_limits=(0, 8),
                       free_draft_tokens=tuple(free))
     plan = policy.plan_batch(states, batch)
     assert plan[0] == 0 and plan[1] > 0
@@ -100,7 +112,7 @@ def test_the_policy_plans_free_drafts_then_the_model_for_the_others():
 def test_a_policy_whose_costs_are_not_measured_yet_leaves_every_request_to_the_model():
     policy = CostAwarePolicy(8)
     states = [policy.new_state()]
-    assert policy.free_draft_lengths(states, [5], BatchView(batch_size=1)) == [0]
+    assert policy.free_draft_lengths(states, [5], BatchView(num_reqs=1)) == [0]
 
 
 @pytest.mark.parametrize("keep_pace", [True, False])
@@ -112,13 +124,13 @@ def test_a_free_draft_is_weighed_against_the_model_only_where_the_plan_drafts(ke
     request's lookup; where it would not, the lookup is verified."""
     policy = fixed_policy(keep_pace=keep_pace)
     states = [policy.new_state(), policy.new_state()]
-    view = BatchView(batch_size=2)
     for _ in range(6):
-        policy.observe(states[0], 4, 4, view)
-        policy.observe_free_draft(states[0], 4, 1)
-        policy.observe(states[1], 4, 0, view)
-    batch = BatchView(batch_size=2, num_scheduled_tokens=2)
-    model_plan = policy._best_plan(policy.costs.at(2, 2), policy.acceptance.rates(states),
+        policy.observe(states[0], Verification("r", 0, 4, 4, num_reqs=2))
+        policy.observe(states[0], free_draft(4, 1))
+        policy.observe(states[1], Verification("r", 0, 4, 0, num_reqs=2))
+    batch = BatchView(num_reqs=2, num_scheduled_tokens=2)
+    model_plan = policy.rules.best(policy.costs.at(2, 2),
+                                   policy.acceptance.rates([s.acceptance for s in states]),
                                    batch, 1.0)
     assert (max(model_plan) == 0) == keep_pace
     assert policy.free_draft_lengths(states, [4, 0], batch) == ([4, 0] if keep_pace

@@ -70,14 +70,14 @@ def test_cost_fit_is_local_to_the_batch_size():
     cost = BatchLocalLinearCost()
     for _ in range(30):
         for n in (4, 8, 12):
-            cost.add(n, 0.13 + 0.001 * n, batch_size=4)
+            cost.add(n, 0.13 + 0.001 * n, num_reqs=4)
         for n in (16, 24, 32):
-            cost.add(n, 0.02 * n, batch_size=16)
+            cost.add(n, 0.02 * n, num_reqs=16)
     small = cost.coefficients(4)
     large = cost.coefficients(16)
     assert small[1] == pytest.approx(0.001, abs=0.002)
     assert large[1] == pytest.approx(0.02, abs=0.003)
-    assert cost.predict(8, batch_size=4) == pytest.approx(0.138, abs=0.01)
+    assert cost.predict(8, num_reqs=4) == pytest.approx(0.138, abs=0.01)
 
 
 def test_catch_up_fit_learns_a_pass_far_larger_than_any_before():

@@ -143,7 +143,8 @@ def test_probes_spread_a_catch_up_by_what_the_plans_at_the_batch_size_drafted():
     held = BatchView(3, 3, catch_up_tokens=(0, 0, 5_000), remaining_tokens=(256,) * 3)
     for _ in range(20):
         assert max(p.plan_batch(states, held)) <= 1  # nothing but probes
-    assert p.free_drafting.at(3) > 0.8 and p.planned_drafting.at(3) == 0.0
+    shares = p.catch_up_shares
+    assert shares.free_drafting.at(3) > 0.8 and shares.planned_drafting.at(3) == 0.0
     for _ in range(20):
         assert max(p.plan_batch(states, BatchView(3, 3))) > 0
-    assert p.planned_drafting.at(3) > 0.8
+    assert shares.planned_drafting.at(3) > 0.8

@@ -19,14 +19,15 @@ from policy_simulation import (
     trained_states,
 )
 
-from vllm_gammatune.policies import BatchView, FixedLinearCost
+from vllm_gammatune.policies import BatchView, DrafterTraits, FixedLinearCost
 from vllm_gammatune.policies.cost_aware.acceptance_rates import expected_tokens
-from vllm_gammatune.policies.cost_aware.planner import best_plan, catch_up_share
+from vllm_gammatune.policies.cost_aware.catch_ups import catch_up_share
+from vllm_gammatune.policies.cost_aware.planner import best_plan
 
 
 def brute_force_best(p, states, batch):
     """The best plan by enumeration (tiny batches only)."""
-    rates = [p.acceptance.rate(s) for s in states]
+    rates = [p.acceptance.rate(s.acceptance) for s in states]
     t_base, t_slope = p.target_cost.coefficients()
     d_base, d_slope = p.draft_cost.coefficients()
     n = len(states)
@@ -44,7 +45,7 @@ def brute_force_best(p, states, batch):
 
 
 def ratio_of(p, states, batch, plan):
-    rates = [p.acceptance.rate(s) for s in states]
+    rates = [p.acceptance.rate(s.acceptance) for s in states]
     t_base, t_slope = p.target_cost.coefficients()
     d_base, d_slope = p.draft_cost.coefficients()
     n = len(states)
@@ -66,11 +67,11 @@ def test_acceptance_rate_follows_the_requests_own_counts():
     p = policy()
     good = trained_states(p, 1, drafted=4, accepted=4)[0]
     bad = trained_states(p, 1, drafted=4, accepted=0)[0]
-    assert p.acceptance.rate(good) > 0.9
-    assert p.acceptance.rate(bad) < 0.2
+    assert p.acceptance.rate(good.acceptance) > 0.9
+    assert p.acceptance.rate(bad.acceptance) < 0.2
     # truncated geometric MLE: 3 accepted then a rejection, every time -> 0.75
     mid = trained_states(p, 1, drafted=6, accepted=3)[0]
-    assert p.acceptance.rate(mid) == pytest.approx(0.75, abs=0.06)
+    assert p.acceptance.rate(mid.acceptance) == pytest.approx(0.75, abs=0.06)
 
 
 def test_chooses_zero_when_drafting_cannot_pay():
@@ -189,7 +190,7 @@ def test_catch_up_is_spread_over_the_steps_that_will_draft():
     p = policy(target=GPU_TARGET, draft=FixedLinearCost(0.004, 0.001))
     states = trained_states(p, 2, drafted=4, accepted=3)
     batch = BatchView(2, 2, catch_up_tokens=(0, 100), remaining_tokens=(256, 256))
-    rates = [p.acceptance.rate(s) for s in states]
+    rates = [p.acceptance.rate(s.acceptance) for s in states]
     costs = p.costs.at(2, 2)
 
     def plan(share):
@@ -207,19 +208,19 @@ def test_the_share_of_steps_that_draft_is_learnt_per_batch_size_without_catch_up
     drafting: ``test_pace``)."""
     p = policy(target=GPU_TARGET, draft=FixedLinearCost(0.004, 0.001), keep_pace=False)
     good = trained_states(p, 2, drafted=4, accepted=4)
-    assert p.free_drafting.at(2) == 0.0  # nothing seen at batch 2 yet
+    assert p.catch_up_shares.free_drafting.at(2) == 0.0  # nothing seen at batch 2 yet
     for _ in range(10):  # a catch-up too large to pay: the request waits
         plan = p.plan_batch(good, BatchView(2, 2, catch_up_tokens=(0, 100_000),
                                             remaining_tokens=(256, 256)))
         assert plan[0] > 0 and plan[1] == 0
     # every plan without catch-ups drafted both requests, the waiting one too
-    assert p.free_drafting.at(2) == pytest.approx(1 - 0.9 ** 10)
+    assert p.catch_up_shares.free_drafting.at(2) == pytest.approx(1 - 0.9 ** 10)
     bad = trained_states(p, 3, drafted=4, accepted=0)
     for _ in range(10):
         p.plan_batch(bad, BatchView(3, 3))
         assert p.last_decision.kind != "draft"
-    assert p.free_drafting.at(3) == 0.0
-    assert p.free_drafting.at(2) == pytest.approx(1 - 0.9 ** 10)
+    assert p.catch_up_shares.free_drafting.at(3) == 0.0
+    assert p.catch_up_shares.free_drafting.at(2) == pytest.approx(1 - 0.9 ** 10)
 
 
 def test_each_request_drafts_at_most_what_its_drafter_offers():
@@ -234,7 +235,7 @@ def test_each_request_drafts_at_most_what_its_drafter_offers():
     batch = BatchView(3, 3, draft_limits=limits)
     plan = p.plan_batch(states, batch)
     assert plan[1] == 0 and plan[0] <= 2 and plan[2] <= 5
-    rates = [p.acceptance.rate(s) for s in states]
+    rates = [p.acceptance.rate(s.acceptance) for s in states]
     best = max((candidate for candidate in itertools.product(
         *(range(limit + 1) for limit in limits))),
         key=lambda candidate: ratio_of(p, states, batch, list(candidate)))
@@ -249,14 +250,14 @@ def test_each_request_drafts_at_most_what_its_drafter_offers():
 
 
 def test_a_drafter_without_draft_kv_prices_no_catch_up():
-    """``adapt_to_drafter(keeps_draft_kv=False)``: a prompt step plans
+    """``adapt_to_drafter(DrafterTraits(keeps_draft_kv=False))``: a prompt step plans
     without first drafting a chunk to price a catch-up (which a drafter with
     a draft KV cache does while no catch-up was timed), and its catch-up
     line costs nothing."""
     def first_prompt_step_kind(keeps_draft_kv: bool) -> str:
         p = measured_cpu_policy(prompt_pass=False)
-        p.adapt_to_drafter(runs_every_planned_pass=False, observation_lag=0,
-                           keeps_draft_kv=keeps_draft_kv)
+        p.adapt_to_drafter(DrafterTraits(runs_every_planned_pass=False,
+                                         keeps_draft_kv=keeps_draft_kv))
         states = trained_states(p, 4, drafted=4, accepted=4)
         p.plan_batch(states, BatchView(4, 300, has_prefill=True))
         return p.last_decision.kind
@@ -264,5 +265,5 @@ def test_a_drafter_without_draft_kv_prices_no_catch_up():
     assert first_prompt_step_kind(True) == "price"
     assert first_prompt_step_kind(False) != "price"
     p = measured_cpu_policy(prompt_pass=False)
-    p.adapt_to_drafter(runs_every_planned_pass=False, observation_lag=0, keeps_draft_kv=False)
+    p.adapt_to_drafter(DrafterTraits(runs_every_planned_pass=False, keeps_draft_kv=False))
     assert p.catch_up_line(4) == (0.0, 0.0)

@@ -13,11 +13,17 @@ from policy_simulation import (
     trained_states,
 )
 
-from vllm_gammatune.policies import BatchView, FixedLinearCost
+from vllm_gammatune.policies import BatchView, FixedLinearCost, Verification
 from vllm_gammatune.policies.cost_aware.planner import probe_ceiling
 from vllm_gammatune.policies.cost_aware.probe_scheduler import ProbeScheduler
-from vllm_gammatune.policies.cost_aware.request_state import CostAwareState
+from vllm_gammatune.policies.cost_aware.request_state import ProbeRecord
 from vllm_gammatune.policies.cost_aware.step_costs import StepCosts
+
+
+def verified(num_draft_tokens, num_accepted_tokens, batch):
+    """The verification of a request's draft in a step of ``batch``."""
+    return Verification("r", 0, num_draft_tokens, num_accepted_tokens,
+                        num_reqs=batch.num_reqs)
 
 
 def test_reprobes_with_backoff():
@@ -36,11 +42,11 @@ def test_reprobes_with_backoff():
 def test_probe_resets_when_drafting_pays_again():
     p = policy(target=GPU_TARGET, draft=GPU_DRAFT, probe_interval=2)
     state = p.new_state()
-    state.probing, state.probe_interval = True, 64
+    state.probes.probing, state.probes.probe_interval = True, 64
     for _ in range(20):
-        p.observe(state, 4, 4, BatchView(1))
+        p.observe(state, verified(4, 4, BatchView(1)))
     assert p.plan_batch([state], BatchView(1, 1))[0] > 0
-    assert state.probe_interval == 2 and not state.probing
+    assert state.probes.probe_interval == 2 and not state.probes.probing
 
 
 def test_probe_budget_bounds_the_time_probes_add():
@@ -57,7 +63,7 @@ def test_probe_budget_bounds_the_time_probes_add():
     for step in range(2000):
         if step % 50 == 49:  # a request leaves, a fresh one (interval 2) joins
             states[step % 4] = p.new_state()
-        rates = [p.acceptance.rate(s) for s in states]
+        rates = [p.acceptance.rate(s.acceptance) for s in states]
         plan = p.plan_batch(states, batch)
         tokens, seconds = predicted_of(p, rates, batch, plan)
         total += seconds
@@ -66,7 +72,7 @@ def test_probe_budget_bounds_the_time_probes_add():
             extra += seconds - tokens * skip_seconds / 4  # 4 tokens without probes
             for state, k in zip(states, plan):
                 if k:
-                    p.observe(state, k, 0, batch)
+                    p.observe(state, verified(k, 0, batch))
     assert probe_steps, "probes must still come"
     assert extra <= budget * total
     # without the budget the same run probes at least every max_probe_interval steps
@@ -112,8 +118,8 @@ def test_no_probe_catches_up_a_prompt_not_even_a_perfect_draft_would_repay():
     def first_plan(num_reqs: int, catch_up: int, drafted_share: float = 1.0) -> list[int]:
         p = measured_cpu_policy()
         for _ in range(60):  # decode steps at this batch size that drafted so often
-            p.free_drafting.add(num_reqs, drafted_share)
-            p.planned_drafting.add(num_reqs, drafted_share)
+            p.catch_up_shares.free_drafting.add(num_reqs, drafted_share)
+            p.catch_up_shares.planned_drafting.add(num_reqs, drafted_share)
         states = [p.new_state() for _ in range(num_reqs)]
         return p.plan_batch(states, BatchView(
             num_reqs, num_reqs, catch_up_tokens=(0,) * (num_reqs - 1) + (catch_up,),
@@ -167,7 +173,7 @@ def test_the_scheduler_probes_the_due_and_the_half_due_within_its_budget():
     refuses a probe step that would lose more than its share."""
     costs = StepCosts(target_now=0.1, per_token=0.01, first_pass=0.1, later_pass=0.02,
                       catch_up_base=0.0, catch_up_per_token=0.001)
-    due, half, early, drafting = (CostAwareState(steps_since_draft=s, probe_interval=4)
+    due, half, early, drafting = (ProbeRecord(steps_since_draft=s, probe_interval=4)
                                   for s in (3, 1, 0, 5))
     states, plan = [due, half, early, drafting], [0, 0, 0, 2]
     scheduler = ProbeScheduler(4, 16, budget=1.0)
@@ -186,7 +192,7 @@ def test_the_scheduler_probes_the_due_and_the_half_due_within_its_budget():
     # counts as full from the first step: the allowance is the budget times
     # 200 steps at the mean predicted step (0.21 s): 0.084 s at 0.002 admits
     # it, 0.042 s at 0.001 does not
-    alone = [CostAwareState(steps_since_draft=3, probe_interval=4)]
+    alone = [ProbeRecord(steps_since_draft=3, probe_interval=4)]
     admitted = ProbeScheduler(4, 16, budget=0.002).add_probes(alone, [0], True, costs,
                                                               [0.5], ())
     assert admitted.probes == [True]
@@ -209,14 +215,14 @@ def test_a_young_engine_probes_after_a_bad_start():
     first = p.new_state()
     for accepted in (0, 1, 0):
         k = p.plan_batch([first], BatchView(1, 1))[0]
-        p.observe(first, k, min(accepted, k), BatchView(1, 1))
+        p.observe(first, verified(k, min(accepted, k), BatchView(1, 1)))
     state, missed, kinds = p.new_state(), 60, []
     for remaining in range(64, 48, -1):
         batch = BatchView(1, 1, catch_up_tokens=(missed,), remaining_tokens=(remaining,))
         k = p.plan_batch([state], batch)[0]
         kinds.append(p.last_decision.kind)
         if k:
-            p.observe(state, k, k, batch)
+            p.observe(state, verified(k, k, batch))
             missed = 0
         else:
             missed += 1
@@ -237,7 +243,7 @@ def test_a_fresh_request_probes_at_once_then_at_its_interval():
         k = p.plan_batch([state], batch)[0]
         if k:
             probes.append(step)
-            p.observe(state, k, 0, batch)
+            p.observe(state, verified(k, 0, batch))
     assert probes[:4] == [0, 4, 12, 28]
 
 
@@ -254,7 +260,7 @@ def test_an_accepted_probe_is_followed_by_another_at_once():
         k = p.plan_batch([state], batch)[0]
         kinds.append(p.last_decision.kind)
         if k:
-            p.observe(state, k, k, batch)
+            p.observe(state, verified(k, k, batch))
     assert kinds[:2] == ["probe", "probe"]  # one accepted probe is not enough
     assert "skip" not in kinds  # and none waits the interval
     assert kinds[-1] == "draft"
@@ -269,7 +275,7 @@ def test_a_rejected_probe_after_accepted_ones_waits_the_base_interval():
         if k:
             assert p.last_decision.kind == "probe"
             probes.append(step)
-            p.observe(state, k, k if len(probes) <= 2 else 0, batch)
+            p.observe(state, verified(k, k if len(probes) <= 2 else 0, batch))
     # accepted at 0 and 1; rejected at 2 and after: the base interval, then back-off
     assert probes[:5] == [0, 1, 2, 10, 26]
 
@@ -283,7 +289,7 @@ def test_only_a_probe_accepted_at_batch_1_makes_the_next_due_at_once(
         batch_size, drafted, accepted, due_at_once):
     p = policy(probe_interval=8)
     state = p.new_state()
-    state.probing, state.probe_interval = True, 8
-    p.observe(state, drafted, accepted, BatchView(batch_size))
-    assert (state.probe_interval == 1 and not state.probing) == due_at_once
-    assert state.probe_interval == (1 if due_at_once else 8)
+    state.probes.probing, state.probes.probe_interval = True, 8
+    p.observe(state, verified(drafted, accepted, BatchView(batch_size)))
+    assert (state.probes.probe_interval == 1 and not state.probes.probing) == due_at_once
+    assert state.probes.probe_interval == (1 if due_at_once else 8)

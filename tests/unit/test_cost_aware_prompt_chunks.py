@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 from policy_simulation import CPU_TARGET, measured_cpu_policy, policy, trained_states
 
-from vllm_gammatune.policies import BatchView, CostAwarePolicy
-from vllm_gammatune.policies.cost_aware.prompt_chunks import PromptChunks, price_plan
+from vllm_gammatune.policies import BatchView, CatchUpPassTiming, CostAwarePolicy
+from vllm_gammatune.policies.cost_aware.catch_ups import price_plan
+from vllm_gammatune.policies.cost_aware.prompt_chunks import PromptChunks
 
 
 def test_prompt_step_drafts_once_decode_steps_after_prompts_draft():
@@ -24,7 +25,7 @@ def test_prompt_step_drafts_once_decode_steps_after_prompts_draft():
     for _ in range(30):
         assert max(p.plan_batch(trained_states(p, 1, drafted=4, accepted=3),
                                 BatchView(1, 1))) > 0
-    new[0].steps_since_draft = 100
+    new[0].probes.steps_since_draft = 100
     assert p.plan_batch(new, long_chunk) == [0]
     assert p.plan_batch(new, short_chunk) == [0]
     # the decode steps after prompt chunks draft even with the catch-up to
@@ -61,7 +62,7 @@ def test_prompt_step_drafts_once_decode_steps_after_prompts_draft():
     assert max(p.plan_batch(two, BatchView(2, 2 + 1, has_prefill=True))) > 0
     for _ in range(3):  # the acceptance collapses: decode steps skip
         for state in two:
-            p.acceptance.observe(state, 4, 0)
+            p.acceptance.observe(state.acceptance, 4, 0)
         p.plan_batch(two, BatchView(2, 2 + 1, has_prefill=True))
         p.plan_batch(two, BatchView(2, 2))
         assert p.last_decision.kind != "draft"
@@ -78,7 +79,7 @@ def test_prompt_step_prices_then_waits_until_decode_steps_after_prompts_draft():
     tiny_chunk = BatchView(1, 2, has_prefill=True)
     assert not p.costs.catch_up.ready
     assert p.plan_batch(new, tiny_chunk) == [1]  # drafts once: the price
-    p.observe_catch_up_pass(2, 0.03 + 0.002 * 2)  # as the proposer times it
+    p.observe_costs([CatchUpPassTiming(2, 0.03 + 0.002 * 2)])  # as the proposer times it
     assert max(p.plan_batch(new, BatchView(1, 1))) > 0  # p: 0.25
     for _ in range(2):
         assert p.plan_batch(new, tiny_chunk) == [0]  # p below 1/2: waits
@@ -97,7 +98,7 @@ def test_a_prompt_chunk_drafts_once_to_price_catch_ups():
     assert p.costs.catch_up_line(3) is None
     assert p.plan_batch(states, chunk) == [0, 1, 1]
     assert p.last_decision.kind == "price"
-    p.observe_catch_up_pass(302, 0.7)  # the proposer times that pass
+    p.observe_costs([CatchUpPassTiming(302, 0.7)])  # the proposer times that pass
     assert p.costs.catch_up_line(3) == (0.0, pytest.approx(0.7 / 302))
     assert p.plan_batch(states, chunk) == [0, 0, 0]
 

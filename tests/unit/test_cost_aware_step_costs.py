@@ -46,7 +46,7 @@ def test_catch_up_is_priced_from_prompt_passes_before_its_fit_is_ready():
     # a 2,160-token catch-up (16 new requests' prompts) costs ~5 s, not
     # the decode pass's slope (~0.4 ms) times it
     states = [p.new_state() for _ in range(16)]
-    rates = [p.acceptance.rate(s) for s in states]
+    rates = [p.acceptance.rate(s.acceptance) for s in states]
     batch = BatchView(16, 16, catch_up_tokens=(135,) * 16)
     skipped = predicted_of(p, rates, batch, [0] * 16)[1]
     probed = predicted_of(p, rates, batch, [1] * 16)[1]

@@ -17,7 +17,9 @@ import torch
 
 pytest.importorskip("vllm")
 
+from vllm_gammatune.drafter.contract import PluginDrafter  # noqa: E402
 from vllm_gammatune.drafter.draft_step import DraftStep  # noqa: E402
+from vllm_gammatune.drafter.observations import deliver  # noqa: E402
 from vllm_gammatune.drafter.request_records import RequestRecords  # noqa: E402
 from vllm_gammatune.integration.sampling import (  # noqa: E402
     rejection_sample_step,
@@ -119,7 +121,10 @@ def _host_reads_by_the_plugin():
 
 
 def _verify(mode: str, seed: int, on_device: bool):
-    """Verify one step with fresh records; (output, records, counters, verifier)."""
+    """Verify one step with fresh records; (output, records, counters, verifier).
+    On the host, the policy has learned from it (the drafter's next
+    observation); on the device, it learns once the results are read
+    (``_learn``)."""
     num_draft_tokens, target_logits, draft_token_ids, kept, bonus = _batch(seed, mode)
     policy = AdaSDPolicy(MAX_SPEC_LEN, window=MAX_SPEC_LEN, mode=mode)
     records, counters = RequestRecords(policy), mock.Mock(spec=["record_verification"])
@@ -146,7 +151,15 @@ def _verify(mode: str, seed: int, on_device: bool):
         assert reads == []
     else:
         output = verifier.rejection_sample(*args)
+        deliver(policy, records, 1, verifier.take_verifications(0))
     return output, records, counters, verifier
+
+
+def _learn(verifier, records, read):
+    """The drafter reads the device's results with the step's drafts, and
+    hands their verifications (of drafts planned at step 0) to the policy
+    in its next observation."""
+    deliver(verifier.policy, records, 1, verifier.read_verifications(read, 0))
 
 
 def _initial_states():
@@ -167,7 +180,7 @@ def test_the_device_verification_gives_the_host_verifications_tokens_and_states(
         # nothing learned before the drafter reads the results; the kept drafts went
         assert _states(records) == _initial_states()
         assert records.num_kept_drafts == 0 and _counter_calls(counters) == []
-        verifier.learn([results.tolist() for results in verifier.unread_results()])
+        _learn(verifier, records, [results.tolist() for results in verifier.unread_results()])
         assert _states(records) == _states(host_records)
         assert _counter_calls(counters) == _counter_calls(host_counters)
         assert verifier.unread_results() == []
@@ -211,7 +224,7 @@ def test_the_results_are_read_with_the_step_in_one_read_and_learned_after_it():
     assert len(reads) == 1
     assert step.drafts() == [[5, 7], [6]] and read.valid_counts is None
     assert read.extra == [results.tolist() for results in unread]
-    verifier.learn(read.extra)
+    _learn(verifier, records, read.extra)
     host_output, host_records, host_counters, _ = _verify("both", seed=0, on_device=False)
     assert _states(records) == _states(host_records)
     assert _counter_calls(counters) == _counter_calls(host_counters)
@@ -231,7 +244,7 @@ def test_verifications_not_yet_read_wait_and_a_request_that_left_learns_nothing(
                                   torch.tensor([[2], [2]]), GREEDY, greedy=[True, True])
     assert len(verifier.unread_results()) == 2
     records.forget_missing(["a"])
-    verifier.learn([results.tolist() for results in verifier.unread_results()])
+    _learn(verifier, records, [results.tolist() for results in verifier.unread_results()])
     # both rejections are learned, in order; "b" left and is not brought back
     assert records.policy_state("a").num_rejected == 2 and "b" not in records
 
@@ -243,8 +256,16 @@ def test_the_step_hands_the_device_verifier_each_requests_greedy_flag():
         verifier.calls.append((req_ids, greedy))
 
     verifier.rejection_sample = rejection_sample
+
+    class Drafter(PluginDrafter):
+        adasd_verifier = verifier
+        counters = None
+
+        def forget_finished(self, live_req_ids):
+            pass
+
     runner = SimpleNamespace(
-        drafter=SimpleNamespace(adasd_verifier=verifier, samples_draftless_steps_plainly=True),
+        drafter=Drafter(),
         # vLLM's host copy of the temperatures: 0 for a greedy request, and
         # stale entries past the batch's requests
         input_batch=SimpleNamespace(req_ids=["a", "b", "c"],
@@ -253,5 +274,6 @@ def test_the_step_hands_the_device_verifier_each_requests_greedy_flag():
     def original_sample(runner, logits, spec_decode_metadata):
         return rejection_sample_step(lambda *a, **kw: "original")
 
-    sample_step(original_sample, runner, "logits", SimpleNamespace(max_spec_len=2))
+    sample_step(original_sample, runner, "logits",
+                SimpleNamespace(max_spec_len=2, num_draft_tokens=[2, 1, 0]))
     assert verifier.calls == [(["a", "b", "c"], [True, False, True])]

@@ -90,7 +90,7 @@ def test_the_plan_sets_the_policys_stop_and_what_its_verification_keeps(
         policy, stop_on, thresholds, entropies, distributions):
     states = [policy.new_state(), policy.new_state()]
     step = plan_draft_step(policy, states, [3, 0], CPU, keep_token_probs=False)
-    assert step.num_steps == 3 and step.planned.tolist() == [3, 0]
+    assert step.num_passes == 3 and step.planned.tolist() == [3, 0]
     assert step.stop_on == stop_on
     assert (None if step.stop_thresholds is None
             else step.stop_thresholds.tolist()) == (

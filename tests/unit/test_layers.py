@@ -14,8 +14,9 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PACKAGE = "vllm_gammatune"
-#: top-level folders whose Python files are read
-SOURCE_FOLDERS = ("vllm_gammatune", "gammatune_tools", "benchmarks", "examples", "tests")
+#: folders whose Python files are read; a module's name is its path from the
+#: folder's parent (the harness is its own distribution under tools/)
+SOURCE_FOLDERS = ("vllm_gammatune", "tools/gammatune_tools", "benchmarks", "examples", "tests")
 
 #: a room of the plugin -> the other rooms it may import (its own always)
 ALLOWED = {
@@ -34,9 +35,13 @@ ALLOWED = {
             "methods", "telemetry", "compat"},
     # the package's __init__: register() checks compatibility, then patches
     "": {"compat", "patches", "integration"},
+    # the environment variables (envs.py): the floor, below every room
+    "envs": set(),
 }
+#: rooms every room may import
+FLOOR = {"envs"}
 #: rooms that never import vLLM or torch (tested directly, usable anywhere)
-PURE = ("policies", "methods")
+PURE = ("policies", "methods", "envs")
 
 
 def _python_files():
@@ -44,8 +49,16 @@ def _python_files():
         yield from sorted((ROOT / folder).rglob("*.py"))
 
 
+def _import_root(path: pathlib.Path) -> pathlib.Path:
+    """The folder a module's import name starts from."""
+    for folder in SOURCE_FOLDERS:
+        if path.is_relative_to(ROOT / folder):
+            return (ROOT / folder).parent
+    raise ValueError(f"{path} is in none of SOURCE_FOLDERS {SOURCE_FOLDERS}")
+
+
 def _module_name(path: pathlib.Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    parts = list(path.relative_to(_import_root(path)).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
@@ -96,9 +109,9 @@ def _edges() -> dict[str, set[str]]:
     return edges
 
 
-def test_the_plugin_top_level_holds_only_its_init_and_folders():
+def test_the_plugin_top_level_holds_only_its_init_envs_and_folders():
     top = sorted(p.name for p in (ROOT / PACKAGE).iterdir()
-                 if p.suffix == ".py" and p.name != "__init__.py")
+                 if p.suffix == ".py" and p.name not in ("__init__.py", "envs.py"))
     assert top == []
 
 
@@ -110,7 +123,8 @@ def test_rooms_import_only_the_rooms_below_them(room):
             continue
         for imported, _, line in _imports(path):
             target = _room(imported)
-            if target is not None and target != room and target not in ALLOWED[room]:
+            if (target is not None and target != room and target not in ALLOWED[room]
+                    and target not in FLOOR):
                 wrong.append(f"{path.relative_to(ROOT)}:{line} imports {imported}")
     assert wrong == []
 
@@ -126,6 +140,15 @@ def test_the_harness_library_never_imports_the_commands():
     wrong = [f"{MODULES[m].relative_to(ROOT)} imports {t}"
              for m, targets in _edges().items() if m.startswith("gammatune_tools")
              for t in targets if t.startswith(("benchmarks", "examples", "tests"))]
+    assert wrong == []
+
+
+def test_no_command_imports_another():
+    """What two commands share lives in ``gammatune_tools.bench``: a command
+    is run (``python -m benchmarks.X``), never imported by another."""
+    wrong = [f"{MODULES[m].relative_to(ROOT)} imports {t}"
+             for m, targets in _edges().items() if m.startswith("benchmarks.")
+             for t in targets if t.startswith("benchmarks.")]
     assert wrong == []
 
 

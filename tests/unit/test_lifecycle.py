@@ -2,10 +2,11 @@
 
 from types import SimpleNamespace
 
+from vllm_gammatune.drafter.contract import PluginDrafter
 from vllm_gammatune.drafter.proposer import AdaptiveDraftModelProposer
 from vllm_gammatune.drafter.request_records import RequestRecords
 from vllm_gammatune.integration.lifecycle import update_states_and_forget_finished
-from vllm_gammatune.policies import GammaTunePolicy
+from vllm_gammatune.policies import GammaTunePolicy, Verification
 
 
 class _Counters:
@@ -15,6 +16,19 @@ class _Counters:
         self.tracked = n
 
 
+class _Drafter(PluginDrafter):
+    """Stands in for the plugin's drafter, with its own ``forget_finished``."""
+
+    def __init__(self, records, holes):
+        self.records, self.holes, self._counters = records, holes, _Counters()
+
+    @property
+    def counters(self):
+        return self._counters
+
+    forget_finished = AdaptiveDraftModelProposer.forget_finished
+
+
 def _runner(req_ids):
     holes = SimpleNamespace(live=None)
     records = RequestRecords(GammaTunePolicy(16, 4, 1, 0.5, 2),
@@ -22,11 +36,8 @@ def _runner(req_ids):
     for req_id in req_ids:
         records.keep_draft(req_id, object())
         records.keep_traced_token_probs(req_id, [0.5])
-    drafter = SimpleNamespace(records=records, counters=_Counters(), holes=holes)
-    # the plugin drafter's own method, on this stand-in
-    drafter.forget_finished = (
-        lambda live: AdaptiveDraftModelProposer.forget_finished(drafter, live))
-    return SimpleNamespace(drafter=drafter, requests={r: object() for r in req_ids})
+    return SimpleNamespace(drafter=_Drafter(records, holes),
+                           requests={r: object() for r in req_ids})
 
 
 def _update_states(runner, scheduler_output):  # what vLLM's method does to `requests`
@@ -58,7 +69,8 @@ def test_idle_step_empties_the_table():
 def test_finished_id_resubmitted_starts_fresh():
     runner = _runner(["a"])
     records = runner.drafter.records
-    records.set_policy_state("a", records.policy.observe(records.policy_state("a"), 4, 4, None))
+    records.set_policy_state("a", records.policy.observe(records.policy_state("a"),
+                                                         Verification("a", 0, 4, 4)))
     # "a" aborted and resubmitted under the same id in one step: vLLM keeps
     # the new request in `requests`, but its state must not be the old one
     def resubmit(runner, scheduler_output):

@@ -14,7 +14,7 @@ from vllm_gammatune.methods import (
     split_speculative_config,
 )
 from vllm_gammatune.methods.registry import ALL_PLUGIN_KEYS
-from vllm_gammatune.policies import DraftLengthPolicy
+from vllm_gammatune.policies import DraftLengthPolicy, FreeDraftPlanner
 
 VLLM_KEYS = frozenset({"model", "num_speculative_tokens", "method"})
 
@@ -116,8 +116,9 @@ def test_the_docs_read_the_registry():
 
 def test_a_method_plans_free_drafts_exactly_when_its_policy_does():
     """The registry's flag (read at start, before any policy is built) says
-    what the policy does (``DraftLengthPolicy.plans_free_drafts``)."""
+    what the policy is (``policies.contracts.FreeDraftPlanner``)."""
     for method in METHODS.values():
         settings_policy = method.build_policy(method.num_speculative_tokens,
                                               **method.resolve({}, method.num_speculative_tokens))
-        assert settings_policy.plans_free_drafts is method.plans_free_drafts, method.name
+        assert isinstance(settings_policy, FreeDraftPlanner) is method.plans_free_drafts, \
+            method.name

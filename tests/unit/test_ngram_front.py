@@ -11,8 +11,15 @@ import numpy as np
 import torch
 
 from vllm_gammatune.drafter.ngram_front import NgramFront
+from vllm_gammatune.drafter.observations import deliver
 from vllm_gammatune.drafter.request_records import RequestRecords
-from vllm_gammatune.policies import BatchView, CostAwarePolicy, FixedLinearCost
+from vllm_gammatune.policies import (
+    BatchView,
+    CostAwarePolicy,
+    DraftSource,
+    FixedLinearCost,
+    Verification,
+)
 
 
 class RecordingMatcher:
@@ -53,9 +60,9 @@ def test_the_lookup_sees_each_request_after_this_verification():
     f = front([[1, 2]])
     # request a accepted 2 drafts (at positions 5, 6), then sampled 99;
     # request b is a prompt chunk whose sampled token is discarded
-    offers = f.offers(runner, ["a", "b"], 4, accepted=[2, 0], next_token_ids=[99, 7],
-                      discarded=[False, True])
-    assert offers == [[1, 2], []]
+    offers, scored = f.offers(runner, ["a", "b"], 4, accepted=[2, 0],
+                              next_token_ids=[99, 7], discarded=[False, True], step=0)
+    assert offers == [[1, 2], []] and scored == []
     assert f._match.calls == [([0, 1, 2, 3, 4, 5, 6, 99], 2, 4, 4096, 4)]
 
 
@@ -64,27 +71,31 @@ def test_an_unverified_offer_learns_from_the_tokens_the_target_emitted():
     records, policy = f._records, f._policy
     runner = runner_with(np.zeros((3, 20), dtype=np.int32), [4, 4, 4])
     ids = ["a", "b", "c"]
-    offers = f.offers(runner, ids, 4, [0, 0, 0], [0, 0, 0], [False, False, True])
+    offers, _ = f.offers(runner, ids, 4, [0, 0, 0], [0, 0, 0], [False, False, True], 0)
     # the draft model has been right for a and b: it drafts for them
     for r in ("a", "b"):
         for _ in range(6):
-            policy.observe(records.policy_state(r), 8, 8, BatchView(batch_size=3))
-    model_rate = policy.acceptance.rate(records.policy_state("a"))
-    assert f.choose(ids, offers, BatchView(batch_size=3)) == [0, 0, 0]
+            policy.observe(records.policy_state(r), Verification(r, 0, 8, 8, num_reqs=3))
+    model_rate = policy.acceptance.rate(records.policy_state("a").acceptance)
+    assert f.choose(ids, offers, BatchView(num_reqs=3)) == [0, 0, 0]
     assert f._unverified == {"a": [5, 6, 7], "b": [8, 9, 10, 11]}
     # this step the target emitted, after the 4 committed tokens: for a, 3
     # accepted drafts (5, 6, 9) and 4; for b, 1 accepted draft (8) and 9
     tokens = np.zeros((3, 20), dtype=np.int32)
     tokens[0, 4:7] = [5, 6, 9]
     tokens[1, 4:5] = [8]
-    f.offers(runner_with(tokens, [4, 4, 4]), ids, 4, [3, 1, 0], [4, 9, 0],
-             [False, False, True])
-    a, b = (records.policy_state(r).free_drafts for r in ("a", "b"))
+    _, scored = f.offers(runner_with(tokens, [4, 4, 4]), ids, 4, [3, 1, 0], [4, 9, 0],
+                         [False, False, True], 1)
     # a: 5, 6 matched, 7 would have been rejected; b: the emitted 8, 9 matched,
     # the rest of the offer is unknown
+    assert scored == [
+        Verification("a", 1, 3, 2, num_reqs=3, source=DraftSource.FREE),
+        Verification("b", 1, 2, 2, num_reqs=3, source=DraftSource.FREE)]
+    deliver(policy, records, 2, scored)  # the step's observation, before its plan
+    a, b = (records.policy_state(r).free_drafts for r in ("a", "b"))
     assert (a.accepted, a.rejections) == (2, 1)
     assert (b.accepted, b.rejections) == (2, 0)
-    assert policy.acceptance.rate(records.policy_state("a")) == model_rate
+    assert policy.acceptance.rate(records.policy_state("a").acceptance) == model_rate
     # learnt once: the next step has nothing left unverified from this one
     assert f._unverified == {}
 
@@ -103,24 +114,29 @@ def test_a_verification_is_split_between_the_lookup_and_the_model():
         records.policy_state(r)
     f._free = {"a": 4}
     counters = RecordingCounters()
-    model_rate = policy.acceptance.rate(records.policy_state("a"))
+    model_rate = policy.acceptance.rate(records.policy_state("a").acceptance)
     # a: 4 free tokens, 3 accepted (4 valid); b: 2 of the model's, both accepted
-    model_share = f.teach(["a", "b"], [4, 2], [4, 3], counters)
+    model_share, free = f.teach(["a", "b"], [4, 2], [4, 3], counters, 0)
     assert model_share == [0, 2]
+    assert free == [Verification("a", 0, 4, 3, num_reqs=2, source=DraftSource.FREE)]
     assert counters.verifications == [(3 + 1, 3)]
+    deliver(policy, records, 1, free)
     state = records.policy_state("a")
     assert state.free_drafts.accepted == 3 and state.free_drafts.rejections == 1
-    assert policy.acceptance.rate(state) == model_rate  # the model's rate untouched
+    # the model's rate untouched
+    assert policy.acceptance.rate(state.acceptance) == model_rate
     # the hand-over is read once
-    assert f.teach(["a", "b"], [4, 2], [4, 3], counters) == [4, 2]
+    assert f.teach(["a", "b"], [4, 2], [4, 3], counters, 1) == ([4, 2], [])
 
 
 def test_a_free_draft_whose_request_was_discarded_teaches_nothing():
     f = front()
     f._free = {"a": 3}
     counters = RecordingCounters()
-    assert f.teach(["a"], [3], [0], counters) == [0]
+    model_share, free = f.teach(["a"], [3], [0], counters, 0)
+    assert model_share == [0] and free == []
     assert counters.verifications == []
+    deliver(f._policy, f._records, 1, free)
     assert f._records.policy_state("a").free_drafts.accepted == 0
 
 
@@ -128,8 +144,8 @@ def test_the_chosen_free_drafts_are_remembered_for_their_verification():
     f = front()
     states = [f._records.policy_state(r) for r in ("a", "b")]
     for _ in range(6):
-        f._policy.observe_free_draft(states[0], 8, 8)
-    lengths = f.choose(["a", "b"], [[5] * 8, []], BatchView(batch_size=2))
+        f._policy.observe(states[0], Verification("a", 0, 8, 8, source=DraftSource.FREE))
+    lengths = f.choose(["a", "b"], [[5] * 8, []], BatchView(num_reqs=2))
     assert lengths == [8, 0] and f._free == {"a": 8}
 
 

@@ -8,17 +8,19 @@ from vllm_gammatune.policies import (
     FixedDraftPolicy,
     GammaTunePolicy,
     HFHeuristicPolicy,
+    Verification,
 )
 
-BATCH = BatchView(batch_size=1)
+BATCH = BatchView(num_reqs=1)
 
 
 def run(policy, observations):
     """Feed (drafted, accepted) pairs; return the planned length before each."""
     state = policy.new_state()
     planned = [policy.next_num_draft_tokens(state, BATCH)]
-    for drafted, accepted in observations:
-        state = policy.observe(state, drafted, accepted, BATCH)
+    for step, (drafted, accepted) in enumerate(observations):
+        verification = Verification("r", step, drafted, accepted, num_reqs=BATCH.num_reqs)
+        state = policy.observe(state, verification)
         planned.append(policy.next_num_draft_tokens(state, BATCH))
     return planned, state
 
@@ -96,9 +98,9 @@ def test_fixed_and_assistant_threshold_keep_length():
 
 @pytest.mark.parametrize("drafted,accepted", [(3, 4), (2, -1)])
 def test_observation_out_of_range_is_refused(drafted, accepted):
-    policy = GammaTunePolicy(16, 4, 1, 0.5, 2)
+    # refused where the verification is built, before any policy sees it
     with pytest.raises(ValueError, match="num_accepted_tokens"):
-        policy.observe(policy.new_state(), drafted, accepted, BATCH)
+        Verification("r", 0, drafted, accepted, num_reqs=BATCH.num_reqs)
 
 
 def test_policies_do_not_import_vllm():

@@ -1,5 +1,6 @@
-"""The policy contract: the optional hooks of ``DraftLengthPolicy`` and what
-each policy declares through them (the proposer reads nothing else)."""
+"""The policy contract: the planner ``DraftLengthPolicy``, the narrow
+contracts of ``policies.contracts`` and which of them each policy is (the
+proposer reads nothing else)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,25 @@ from vllm_gammatune.policies import (
     AdaSDPolicy,
     BatchView,
     CostAwarePolicy,
+    CostObserver,
     DraftLengthPolicy,
+    ExplainsSteps,
     FixedLinearCost,
+    FreeDraftPlanner,
     GammaTunePolicy,
+    RelaxedVerifier,
+    StepObservation,
+    ThresholdStop,
+    TokenRule,
+    TokenVerdicts,
+    Verification,
 )
 
-BATCH = BatchView(batch_size=1)
+#: every narrow contract a policy may add to planning
+CONTRACTS = (ThresholdStop, TokenRule, CostObserver, FreeDraftPlanner, RelaxedVerifier,
+             ExplainsSteps)
+
+BATCH = BatchView(num_reqs=1)
 
 
 class _Minimal(DraftLengthPolicy):
@@ -29,23 +43,27 @@ class _Minimal(DraftLengthPolicy):
         return 2
 
 
-def test_hooks_default_to_off():
+def test_a_plain_planner_is_none_of_the_narrow_contracts():
     policy = _Minimal(4)
     assert policy.plan_batch(["state"] * 3, BatchView(3)) == [2, 2, 2]
-    assert policy.observe("state", 2, 1, BATCH) == "state"
+    assert policy.observe("state", Verification("r", 0, 2, 1, num_reqs=1)) == "state"
     with pytest.raises(ValueError, match="num_accepted_tokens"):
-        policy.observe("state", 2, 3, BATCH)
-    assert policy.stop_measure is None
-    assert not (policy.learns_per_token or policy.relaxes_verification
-                or policy.times_steps or policy.skips_drafts)
-    assert policy.accepts_mismatch("state", 0.0) is False
-    assert policy.verification_threshold("state") == 0.0
-    assert policy.observe_verification("state", [0.1], (1.0, 0.5)) == "state"
-    for hook in (policy.observe_draft_pass, policy.observe_target_step):
-        assert hook(3, 0.01, 1) is None
-    assert policy.observe_catch_up_pass(100, 0.5) is None
-    assert policy.observe_cycle_wall_time(0.1) is None
-    assert policy.last_decision is None and policy.cycle_check is None
+        Verification("r", 0, 2, 3, num_reqs=1)
+    # a verification with token-by-token verdicts teaches a plain planner nothing
+    verdicts = TokenVerdicts(accepted_distances=(0.1,), rejected=(1.0, 0.5))
+    assert policy.observe("state", Verification("r", 0, 2, 1, verdicts=verdicts)) == "state"
+    # the default observe_step observes each verification of the step, in order
+    states = {"a": "state", "b": "state"}
+    policy.observe_step(StepObservation(1, verifications=(
+        Verification("a", 0, 2, 1, num_reqs=2), Verification("b", 0, 2, 2, num_reqs=2))),
+        states)
+    assert states == {"a": "state", "b": "state"}
+    # no stop, no per-token rule, no timing or skipping, no relaxed
+    # verification, no decisions to explain
+    assert not [contract for contract in CONTRACTS if isinstance(policy, contract)]
+    for hook in ("stop_measure", "relaxes_verification", "observe_costs",
+                 "accepts_mismatch", "last_decision", "cycle_check"):
+        assert not hasattr(policy, hook)
 
 
 def test_confidence_stop_is_the_per_token_stop():
@@ -58,27 +76,41 @@ def test_confidence_stop_is_the_per_token_stop():
 def test_cost_aware_declares_timing_and_skipping_and_records_decisions():
     policy = CostAwarePolicy(4, target_cost=FixedLinearCost(0.1, 0.0),
                              draft_cost=FixedLinearCost(0.06, 0.0), check_cycles=False)
-    assert policy.times_steps and policy.skips_drafts and not policy.learns_per_token
-    assert policy.last_decision is None
+    # it times steps and may skip the draft model; it is not verified token
+    # by token
+    assert isinstance(policy, CostObserver) and not isinstance(policy, RelaxedVerifier)
+    assert isinstance(policy, ExplainsSteps) and policy.last_decision is None
     state = policy.new_state()
     # past its first probe, which a new request makes at once
-    state.probe_interval = policy.probes.probe_interval
+    state.probes.probe_interval = policy.probes.probe_interval
     plan = policy.plan_batch([state], BatchView(1, num_scheduled_tokens=1))
     decision = policy.last_decision
     assert decision.kind == "skip" and plan == [0] and decision.num_draft_tokens == 0
 
 
+def _method_policy(name, **parameters):
+    settings, _ = split_speculative_config({"method": name, "model": "d", **parameters},
+                                           {"model", "method", "num_speculative_tokens"})
+    return settings.make_policy()
+
+
 @pytest.mark.parametrize("name", list(METHODS))
 def test_lossless_methods_never_relax_verification(name):
-    settings, _ = split_speculative_config({"method": name, "model": "d"},
-                                           {"model", "method", "num_speculative_tokens"})
-    policy = settings.make_policy()
+    policy = _method_policy(name)
     # relaxing acceptance is what makes a method lossy, and needs the
-    # per-token verification that keeps the draft distributions
-    assert policy.relaxes_verification == (not METHODS[name].lossless)
-    if policy.relaxes_verification:
-        assert policy.learns_per_token
-    assert policy.stop_measure in (None, "confidence", "entropy")
+    # per-token verification that keeps the draft distributions: only AdaSD
+    # is verified token by token
+    relaxes = isinstance(policy, RelaxedVerifier) and policy.relaxes_verification
+    assert relaxes == (not METHODS[name].lossless)
+    assert isinstance(policy, RelaxedVerifier) == isinstance(policy, AdaSDPolicy)
+    if isinstance(policy, ThresholdStop):
+        assert policy.stop_measure in (None, "confidence", "entropy")
+
+
+def test_adasd_gen_only_is_verified_token_by_token_without_relaxing():
+    policy = _method_policy("adasd", adasd_mode="generation")
+    assert isinstance(policy, RelaxedVerifier) and policy.relaxes_verification is False
+    assert _method_policy("adasd", adasd_mode="both").relaxes_verification is True
 
 
 def test_adasd_per_token_hooks():
@@ -89,16 +121,29 @@ def test_adasd_per_token_hooks():
     assert policy.accepts_mismatch(state, 0.2) and not policy.accepts_mismatch(state, 0.4)
 
 
+#: the one module that may name a concrete policy: the verifier that serves
+#: AdaSD's relaxed verification names the policy it serves
+_SERVES_ONE_POLICY = {"verify/adasd_verifier.py": {"AdaSDPolicy"}}
+
+
 @pytest.mark.parametrize("module", ["drafter", "draft_kv", "verify", "integration"])
 def test_vllm_facing_modules_name_no_concrete_policy(module):
-    """The worker side reaches a policy through the base class alone."""
+    """The worker side reaches a policy through the base class and the narrow
+    contracts alone (AdaSD's verifier excepted)."""
     import pathlib
 
     import vllm_gammatune
     from vllm_gammatune import policies
 
-    folder = pathlib.Path(vllm_gammatune.__file__).parent / module
-    source = "".join(path.read_text() for path in sorted(folder.glob("*.py")))
+    package = pathlib.Path(vllm_gammatune.__file__).parent
     concrete = [name for name in policies.__all__
                 if name.endswith("Policy") and name != "DraftLengthPolicy"]
-    assert concrete and not [name for name in concrete if name in source]
+    assert concrete
+    named = {}
+    for path in sorted((package / module).glob("*.py")):
+        source = path.read_text()
+        allowed = _SERVES_ONE_POLICY.get(path.relative_to(package).as_posix(), set())
+        found = [name for name in concrete if name in source and name not in allowed]
+        if found:
+            named[path.name] = found
+    assert not named

@@ -55,7 +55,7 @@ def test_the_quick_headline_plan_keeps_the_design_at_a_smaller_size():
     assert _option(bench_full, "--limit") is None and _option(bench_quick, "--limit") == "4"
     assert _option(bench_quick, "--out").endswith("runs/headline-quick")
     assert _option(bench_full, "--out").endswith("runs/headline")
-    assert quick[1]["argv"][1:3] == ["-m", "benchmarks.report"]
+    assert quick[1]["argv"][1:3] == ["-m", "benchmarks.write_report"]
     assert quick[1]["argv"][3] == _option(bench_quick, "--out")
 
 
@@ -91,7 +91,7 @@ def test_a_config_with_an_unknown_harness_is_refused(tmp_path):
 
 def test_an_engine_step_without_methods_is_refused(tmp_path):
     (tmp_path / "bad.json").write_text(json.dumps(
-        {"description": "x", "results": "r", "steps": [{"harness": "paired", "args": {"k": 4}}]}))
+        {"description": "x", "results": "r", "steps": [{"harness": "run_paired", "args": {"k": 4}}]}))
     with pytest.raises(reproduce.ConfigError, match="needs args.methods"):
         reproduce.load_config("bad", tmp_path)
 
@@ -123,7 +123,7 @@ def test_every_planned_option_is_one_the_harness_accepts(name, quick):
     for command in reproduce.plan(name, quick=quick):
         module = command["argv"][2]
         options = [part for part in command["argv"][3:] if part.startswith("--")]
-        if module in ("benchmarks.report", "benchmarks.gsm8k_quality"):
+        if module in ("benchmarks.write_report", "benchmarks.gsm8k_quality"):
             assert options == []
             continue
         text = _help(module)
@@ -142,14 +142,14 @@ def test_the_quick_plan_sets_its_environment_and_the_full_plan_none():
 def test_a_config_with_an_unknown_key_is_refused(tmp_path):
     (tmp_path / "bad.json").write_text(json.dumps(
         {"description": "x", "results": "r", "quik": {},
-         "steps": [{"harness": "report"}]}))
+         "steps": [{"harness": "write_report"}]}))
     with pytest.raises(reproduce.ConfigError, match="unknown keys \\['quik'\\]"):
         reproduce.load_config("bad", tmp_path)
 
 
 def test_a_step_marked_skip_quick_runs_in_the_full_plan_only(tmp_path):
-    steps = [{"harness": "report", "subdir": "first"},
-             {"harness": "report", "subdir": "again", "skip_quick": True}]
+    steps = [{"harness": "write_report", "subdir": "first"},
+             {"harness": "write_report", "subdir": "again", "skip_quick": True}]
     (tmp_path / "two.json").write_text(json.dumps(
         {"description": "x", "results": "r", "steps": steps}))
     full = reproduce.plan("two", out=tmp_path / "out", configs=tmp_path)
@@ -160,8 +160,8 @@ def test_a_step_marked_skip_quick_runs_in_the_full_plan_only(tmp_path):
 
 
 @pytest.mark.parametrize("steps, message", [
-    ([{"harness": "report", "skip_quick": "yes"}], r"steps\[0\]\.skip_quick 'yes' must be"),
-    ([{"harness": "report", "skip_quick": True}], "the quick plan would be empty"),
+    ([{"harness": "write_report", "skip_quick": "yes"}], r"steps\[0\]\.skip_quick 'yes' must be"),
+    ([{"harness": "write_report", "skip_quick": True}], "the quick plan would be empty"),
 ])
 def test_a_bad_skip_quick_is_refused(tmp_path, steps, message):
     (tmp_path / "bad.json").write_text(json.dumps(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from vllm_gammatune.drafter.request_records import RequestRecords
-from vllm_gammatune.policies import BatchView, GammaTunePolicy
+from vllm_gammatune.policies import GammaTunePolicy, StepObservation, Verification
 
 
 def _records(also_forget=()):
@@ -14,7 +14,7 @@ def test_state_is_created_on_first_use_and_kept():
     records = _records()
     state = records.policy_state("a")
     assert state.gamma == 4 and len(records) == 1
-    records.set_policy_state("a", records.policy.observe(state, 4, 4, BatchView(1)))
+    records.set_policy_state("a", records.policy.observe(state, Verification("a", 0, 4, 4)))
     assert records.policy_state("a").gamma == 5
     assert records.find("b") is None and "b" not in records  # find makes nothing
 
@@ -25,13 +25,17 @@ def test_kept_draft_is_read_until_its_verification_closes():
     assert records.kept_draft("a") is None and "a" not in records  # reading makes nothing
     records.keep_draft("a", kept)
     assert records.kept_draft("a") is kept and records.num_kept_drafts == 1
-    learned = records.policy.observe(records.policy_state("a"), 4, 4, BatchView(1))
-    records.close_verification("a", learned)
+    records.close_verification("a")
     assert records.kept_draft("a") is None and records.num_kept_drafts == 0
-    assert records.policy_state("a") is learned
+    # what the verification teaches reaches the state through the policy's
+    # observation, which writes the records' states
+    records.policy.observe_step(StepObservation(1, (Verification("a", 0, 4, 4),)),
+                                records.policy_states)
+    learned = records.policy_state("a")
+    assert learned.gamma == 5
     # an exact fallback learns nothing: the state stays
     records.keep_draft("a", kept)
-    records.close_verification("a", None)
+    records.close_verification("a")
     assert records.kept_draft("a") is None and records.policy_state("a") is learned
 
 

@@ -9,6 +9,7 @@ import pytest
 
 pytest.importorskip("vllm")
 
+from vllm_gammatune.drafter.contract import PluginDrafter  # noqa: E402
 from vllm_gammatune.integration.sampling import (  # noqa: E402
     STEP_BEING_VERIFIED,
     StepVerification,
@@ -41,15 +42,26 @@ class _Verifier:
         return "verified"
 
 
+class _PluginDrafter(PluginDrafter):
+    """Stands in for one of the plugin's drafters."""
+
+    counters = None
+
+    def __init__(self, verifier):
+        self.adasd_verifier = verifier
+
+    def forget_finished(self, live_req_ids):
+        pass
+
+
 def _runner(plugin_drafter: bool, verifier=None):
-    drafter = SimpleNamespace(adasd_verifier=verifier)
-    if plugin_drafter:
-        drafter.samples_draftless_steps_plainly = True
+    drafter = (_PluginDrafter(verifier) if plugin_drafter
+               else SimpleNamespace(adasd_verifier=verifier))  # vLLM's own drafter
     return SimpleNamespace(drafter=drafter, input_batch=SimpleNamespace(req_ids=["a", "b"]))
 
 
 def _metadata(max_spec_len: int):
-    return SimpleNamespace(max_spec_len=max_spec_len)
+    return SimpleNamespace(max_spec_len=max_spec_len, num_draft_tokens=[max_spec_len, 0])
 
 
 def test_step_without_drafts_goes_to_the_plain_sampler():

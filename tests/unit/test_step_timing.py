@@ -11,39 +11,42 @@ import torch
 from vllm_gammatune.drafter.step_timing import CUDA_TIMING_PERIOD, StepTimer
 
 
-class RecordingPolicy:
-    def __init__(self):
-        self.seen = []
+def _take(timer: StepTimer, step: int, seen: list) -> None:
+    """The timings the proposer takes for the observation before the plan of
+    ``step``, each as (the step it measured, its kind): the drafting phase
+    measured the last step, the target phase this one."""
+    timings = timer.take()
+    seen += [(step - 1, type(t).__name__) for t in timings.drafting]
+    seen += [(step, type(t).__name__) for t in timings.target]
 
-    def __getattr__(self, name):
-        if name.startswith("observe_"):
-            return lambda *args: self.seen.append((self.step, name))
-        raise AttributeError(name)
 
-
-def _run_steps(timer: StepTimer, policy: RecordingPolicy, num_steps: int, syncs: list):
-    """Drive the timer as the proposer does: plan, 3 draft passes, step end."""
-    per_step = []
+def _run_steps(timer: StepTimer, num_steps: int, syncs: list):
+    """Drive the timer as the proposer does: begin, plan (and take the
+    timings for the observation), 3 draft passes, step end; then what the
+    last step measured. Returns ([syncs per step], [(step, kind) measured])."""
+    per_step, seen = [], []
     for step in range(num_steps):
-        policy.step = step
         before = len(syncs)
+        timer.begin_step()
         timer.on_plan(num_scheduled_tokens=8, num_reqs=2, decode_only=True)
+        _take(timer, step, seen)
         timer.start_passes(first_pass_tokens=10, first_pass_is_prefill=False)
         for _ in range(3):
             timer.on_pass(num_reqs=2)
         timer.end_passes()
         timer.on_step_end()
         per_step.append(len(syncs) - before)
-    return per_step
+    timer.begin_step()
+    _take(timer, num_steps, seen)
+    return per_step, seen
 
 
 def test_cuda_timers_synchronise_only_on_sampled_steps(monkeypatch):
     syncs = []
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: syncs.append(device))
-    policy = RecordingPolicy()
-    timer = StepTimer(policy, types.SimpleNamespace(type="cuda"))
+    timer = StepTimer(types.SimpleNamespace(type="cuda"))
     assert timer.period == CUDA_TIMING_PERIOD > 1
-    per_step = _run_steps(timer, policy, 2 * CUDA_TIMING_PERIOD, syncs)
+    per_step, seen = _run_steps(timer, 2 * CUDA_TIMING_PERIOD, syncs)
     measured = {0, CUDA_TIMING_PERIOD}
     for step, count in enumerate(per_step):
         if step in measured:
@@ -52,34 +55,32 @@ def test_cuda_timers_synchronise_only_on_sampled_steps(monkeypatch):
             assert count == 1, (step, count)  # the plan that closes the timed step
         else:
             assert count == 0, (step, count)
-    observed_steps = {step for step, _ in policy.seen}
+    observed_steps = {step for step, _ in seen}
     assert observed_steps == {0, 1, CUDA_TIMING_PERIOD, CUDA_TIMING_PERIOD + 1}
     # the closing plan reports the timed step's cycle and target step only
-    assert sorted(name for step, name in policy.seen if step == 1) == [
-        "observe_cycle_wall_time", "observe_target_step"]
-    assert [name for step, name in policy.seen if step == 0] == ["observe_draft_pass"] * 3
+    assert sorted(name for step, name in seen if step == 1) == [
+        "CycleWallTime", "TargetStepTiming"]
+    assert [name for step, name in seen if step == 0] == ["DraftPassTiming"] * 3
 
 
 def test_cpu_timers_time_every_step():
-    policy = RecordingPolicy()
-    timer = StepTimer(policy, torch.device("cpu"))
+    timer = StepTimer(torch.device("cpu"))
     assert timer.period == 1
-    _run_steps(timer, policy, 4, [])
+    _, seen = _run_steps(timer, 4, [])
     for step in range(1, 4):
-        names = sorted(name for s, name in policy.seen if s == step)
-        assert names == ["observe_cycle_wall_time"] + ["observe_draft_pass"] * 3 + [
-            "observe_target_step"]
+        names = sorted(name for s, name in seen if s == step)
+        assert names == ["CycleWallTime"] + ["DraftPassTiming"] * 3 + ["TargetStepTiming"]
 
 
 def test_untimed_catch_up_runs_without_a_clock_reading(monkeypatch):
     syncs = []
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: syncs.append(device))
-    policy = RecordingPolicy()
-    policy.step = 1
-    timer = StepTimer(policy, types.SimpleNamespace(type="cuda"), period=4)
+    timer = StepTimer(types.SimpleNamespace(type="cuda"), period=4)
     timer.on_plan(8, 2, True)   # step 0: timed
     timer.on_step_end()
     timer.on_plan(8, 2, True)   # step 1: closes step 0, not timed
     syncs.clear()
     assert timer.time_catch_up(lambda: 7) == 7
-    assert syncs == [] and not any(n == "observe_catch_up_pass" for _, n in policy.seen)
+    seen = []
+    _take(timer, 2, seen)
+    assert syncs == [] and not any(n == "CatchUpPassTiming" for _, n in seen)

@@ -8,7 +8,20 @@ import pytest
 import torch
 
 from vllm_gammatune.drafter.draft_step import DraftStep
-from vllm_gammatune.policies import BatchView, CostAwarePolicy, FixedLinearCost
+from vllm_gammatune.policies import (
+    BatchView,
+    CostAwarePolicy,
+    CycleTimings,
+    CycleWallTime,
+    DrafterTraits,
+    DraftPassTiming,
+    FixedLinearCost,
+    PassesRun,
+    StepObservation,
+    TargetStepTiming,
+    TokenRule,
+    Verification,
+)
 from vllm_gammatune.policies.cost_aware.token_acceptance import (
     TokenAcceptanceModel,
     logit,
@@ -78,12 +91,12 @@ def test_rule_at_batch_greater_than_one_shares_the_pass():
     stop = TokenStop()
     states = [CostAwareState() for _ in range(3)]
     step_prices = TokenPrices(rate=10.0, per_token=0.01, per_pass=0.06)
-    stop.begin_draft(states, step_prices, [True] * 3, [8] * 3, [0.5] * 3)
-    assert all(state.draft.ruled for state in states)
+    stop.begin_draft(states, 0, step_prices, [True] * 3, [8] * 3, [0.5] * 3)
+    assert all(state.token_rule.draft.ruled for state in states)
     # gain of each: S * alpha_next - R * c_token = 0.6 * 0.6 - 0.1 = 0.26 > 0,
     # alone below R * c_pass = 0.6, together 0.52 still below: all stop at 1
     assert stop.draft_on(states[:2], 1, [0.6, 0.6], [True, True]) == [1, 1]
-    stop.begin_draft(states, step_prices, [True] * 3, [8] * 3, [0.5] * 3)
+    stop.begin_draft(states, 1, step_prices, [True] * 3, [8] * 3, [0.5] * 3)
     # three at 0.75: each gains 0.4625, together 1.39 > 0.6: every one goes on
     assert stop.draft_on(states, 1, [0.75] * 3, [True] * 3) == [None] * 3
     # a request that did not draft in the pass is left alone; the first,
@@ -98,22 +111,23 @@ def test_a_ruled_draft_revises_its_cycle_by_the_rules_estimate():
     seconds those of the length drafted instead of the plan's."""
     stop = TokenStop()
     ruled, unruled = CostAwareState(), CostAwareState()
-    stop.begin_draft([ruled, unruled], prices(), [True, False], [2, 3], [0.5, 0.5])
-    assert ruled.draft.planned_length == 2 and ruled.draft.planned_tokens == pytest.approx(1.75)
+    stop.begin_draft([ruled, unruled], 0, prices(), [True, False], [2, 3], [0.5, 0.5])
+    draft = ruled.token_rule.draft
+    assert draft.planned_length == 2 and draft.planned_tokens == pytest.approx(1.75)
     stop.draft_on([ruled, unruled], 1, [0.9, 0.9], [True, True])
     stop.draft_on([ruled, unruled], 2, [0.8, 0.8], [True, True])
     stop.draft_on([ruled, unruled], 3, [0.7, 0.7], [True, True])
-    revision = stop.revision(ruled, 3)
+    revision = stop.revision(ruled.token_rule, 0, 3)
     survivals = [0.9, 0.9 * 0.8, 0.9 * 0.8 * 0.7]  # cold start: alpha = q
     assert revision.accepted_tokens == pytest.approx(sum(survivals))
     assert revision.tokens == pytest.approx(1 + sum(survivals) - 1.75)
     assert revision.seconds == pytest.approx(1 * prices().per_token)
-    assert stop.revision(unruled, 3) is None
+    assert stop.revision(unruled.token_rule, 0, 3) is None
     # learned, the request's offset moves; the rule is gone without prices
-    stop.learn(ruled, 3, 1)
-    assert ruled.bias != 0.0 and stop.model.num_labels == 2
-    stop.begin_draft([ruled])
-    assert not ruled.draft.ruled and stop.seconds_per_pass == 0.0
+    stop.learn(ruled.token_rule, 0, 3, 1)
+    assert ruled.token_rule.bias != 0.0 and stop.model.num_labels == 2
+    stop.begin_draft([ruled], 1)
+    assert not ruled.token_rule.draft.ruled and stop.seconds_per_pass == 0.0
 
 
 def _simulate_batch1(make_policy, steps: int, seed: int,
@@ -126,37 +140,43 @@ def _simulate_batch1(make_policy, steps: int, seed: int,
     appends each step's drafting scale to ``scales``."""
     rng = random.Random(seed)
     p = make_policy()
-    state = p.new_state()
+    states = {"r": p.new_state()}
     t0, t1 = CPU_TARGET.coefficients()
     d0, d1 = CPU_DRAFT.coefficients()
     tokens = seconds = 0.0
     lengths, drafted, easy = [], 0, True
-    for _ in range(steps):
+    for step_index in range(steps):
+        state = states["r"]
         if rng.random() < 0.1:
             easy = not easy
         qs = [min(0.999, max(0.01, rng.gauss(0.95 if easy else 0.35, 0.05)))
               for _ in range(p.max_num_draft_tokens)]
         step = DraftStep(p.plan_batch([state], BatchView(1, 1 + drafted)),
                          torch.device("cpu"),
-                         token_rule=lambda pos, probs, active: p.draft_on(
-                             [state], pos, probs, active))
-        for position in range(1, step.num_steps + 1):
-            p.observe_draft_pass(1, d0 + d1)
+                         token_rule=(lambda pos, probs, active: p.draft_on(
+                             [state], pos, probs, active)) if isinstance(p, TokenRule)
+                         else None)
+        drafting = []
+        for position in range(1, step.num_passes + 1):
+            drafting.append(DraftPassTiming(1, d0 + d1))
             if step.record(torch.zeros(1, dtype=torch.long), None, None,
                            torch.tensor([qs[position - 1]])):
                 break
-        if step.num_steps:
-            p.draft_ended(len(step.token_ids))
+        if step.num_passes:
+            drafting.append(PassesRun(len(step.token_ids)))
         k = step.lengths.tolist()[0]
         passes = len(step.token_ids)
         accepted = 0
         while accepted < k and rng.random() < qs[accepted]:
             accepted += 1
         target = t0 + t1 * (1 + k)
-        p.observe_target_step(1 + k, target)
-        if k:
-            p.observe(state, k, accepted, BatchView(1))
-        p.observe_cycle_wall_time(target + passes * (d0 + d1))
+        # what the proposer hands over before the next plan
+        p.observe_step(StepObservation(
+            step_index + 1,
+            (Verification("r", step_index, k, accepted),) if k else (),
+            CycleTimings(drafting=tuple(drafting),
+                         target=(CycleWallTime(target + passes * (d0 + d1)),
+                                 TargetStepTiming(1 + k, target)))), states)
         if scales is not None:
             scales.append(p.cycle_check.drafting_scale(1))
         tokens += accepted + 1
@@ -211,22 +231,34 @@ def test_without_the_rule_the_plan_lengths_stand():
 
 def test_a_verification_one_plan_late_is_matched_with_the_draft_it_verifies():
     """Where the drafter hands verifications over after the next plan (the
-    CUDA hot path), the rule revises and learns from the previous draft, not
-    from the one the new plan just started."""
-    stop = TokenStop()
-    stop.verification_lag = 1
-    state = CostAwareState()
-    stop.begin_draft([state], prices(), [True], [2], [0.5])
-    stop.draft_on([state], 1, [0.9], [True])
-    stop.draft_on([state], 2, [0.8], [True])
-    stop.begin_draft([state], prices(), [True], [4], [0.5])  # the next plan
-    stop.draft_on([state], 1, [0.2], [True])
-    revision = stop.revision(state, 2)
+    CUDA hot path), the rule revises and learns from the draft of the step
+    the verification names, not from the one the new plan just started: the
+    lag is data (``Verification.step``)."""
+    p = CostAwarePolicy(8, target_cost=CPU_TARGET, draft_cost=CPU_DRAFT)
+    states = {"r": p.new_state()}
+    for _ in range(20):  # a request whose drafts are accepted: the step drafts
+        p.observe(states["r"], Verification("r", 0, 4, 4))
+    state = states["r"]
+    # the plan of step 3 drafts 2 tokens (all its drafter offers), ruled
+    p.observe_step(StepObservation(3), states)
+    assert p.plan_batch([state], BatchView(1, 1, draft_limits=(2,))) == [2]
+    assert state.token_rule.draft.ruled and state.token_rule.draft.planned_length == 2
+    p.draft_on([state], 1, [0.9], [True])
+    p.draft_on([state], 2, [0.8], [True])
+    # the next plan (step 4) starts a draft before step 3's is verified
+    p.observe_step(StepObservation(4), states)
+    assert p.plan_batch([state], BatchView(1, 3, draft_limits=(4,))) == [4]
+    p.draft_on([state], 1, [0.2], [True])
+    verification = Verification("r", 3, 2, 2)
+    late = StepObservation(5, (verification,))
+    assert late.lag(verification) == 2
+    revision = p.token_stop.revision(state.token_rule, verification.step, 2)
     assert revision.accepted_tokens == pytest.approx(0.9 + 0.9 * 0.8)
     assert revision.seconds == pytest.approx(0.0)  # drafted its planned 2
-    stop.learn(state, 2, 2)
-    assert stop.model.num_labels == 2  # the previous draft's two tokens
-    assert stop.verification_details(state, 2)["predicted_acceptance"] == [0.9, 0.8]
+    assert p.verification_details(state, verification)["predicted_acceptance"] == [
+        0.9, 0.8]
+    p.observe_step(late, states)
+    assert p.token_stop.model.num_labels == 2  # step 3's draft's two tokens
 
 
 def test_without_early_exit_a_ruled_draft_is_planned_at_the_plans_length():
@@ -235,11 +267,11 @@ def test_without_early_exit_a_ruled_draft_is_planned_at_the_plans_length():
     def lengths(runs_every_planned_pass):
         policy = CostAwarePolicy(8, target_cost=CPU_TARGET, draft_cost=CPU_DRAFT,
                                  check_cycles=False)
-        policy.adapt_to_drafter(runs_every_planned_pass, observation_lag=0)
+        policy.adapt_to_drafter(DrafterTraits(runs_every_planned_pass=runs_every_planned_pass))
         state = policy.new_state()
         for _ in range(20):  # a request whose drafts are half accepted
-            policy.observe(state, 4, 2, BatchView(batch_size=1))
-        return policy.plan_batch([state], BatchView(batch_size=1, num_scheduled_tokens=1))
+            policy.observe(state, Verification("r", 0, 4, 2))
+        return policy.plan_batch([state], BatchView(num_reqs=1, num_scheduled_tokens=1))
 
     assert lengths(False) == [8]
     planned = lengths(True)

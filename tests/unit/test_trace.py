@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from vllm_gammatune import envs
 from vllm_gammatune.telemetry import trace
 
 
@@ -26,7 +27,7 @@ def test_forget_missing_drops_finished_requests_and_their_lines_stay(tmp_path):
 
 
 def test_module_forget_missing_is_a_no_op_when_tracing_is_off(monkeypatch):
-    monkeypatch.delenv(trace.ENV_VAR, raising=False)
+    monkeypatch.delenv(envs.TRACE, raising=False)
     trace._reset_for_tests()
     trace.forget_missing(set())  # no writer: nothing to do, nothing created
     assert trace.writer() is None

@@ -1,7 +1,8 @@
 """``vllm-gammatune doctor``: does the plugin take effect on this machine?
 
 One command a user runs where they deploy. It prints the vLLM version and
-platform; checks the vLLM series and every vLLM internal the plugin touches
+platform; checks the plugin's environment variables (``envs``), the vLLM
+series and every vLLM internal the plugin touches
 (``internals``); lists the patches applied; shows which model runner vLLM
 builds for each plugin method and for plain ``draft_model`` (with
 ``--assume-triton``, the decision a CUDA machine makes, on the config alone);
@@ -75,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
                      f"allowed: {', '.join(PLUGIN_METHODS)}")
     report = Report()
     _environment(report)
+    _settings(report)
     compatible = _compatibility(report)
     if compatible:
         _decisions(report, args)
@@ -105,6 +107,20 @@ def _environment(report: Report) -> None:
                 f"{platform.machine()}")
     env = os.environ.get("VLLM_USE_V2_MODEL_RUNNER")
     report.line("INFO", f"VLLM_USE_V2_MODEL_RUNNER={env if env is not None else '(unset)'}")
+
+
+def _settings(report: Report) -> None:
+    """The plugin's own environment variables (``envs``): which are set, and
+    whether each holds a value the plugin accepts."""
+    import vllm_gammatune.envs as envs
+
+    def check() -> str:
+        envs.allow_untested_vllm()
+        envs.cuda_hot_path()
+        set_ = [f"{name}={value}" for name, value in envs.settings().items() if value]
+        return ", ".join(set_) if set_ else "none set"
+
+    report.check("plugin environment variables", check)
 
 
 def _compatibility(report: Report) -> bool:

@@ -32,6 +32,7 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
+import vllm_gammatune.envs as envs
 from vllm_gammatune.compat.vllm_source import (
     VllmSource,
     VllmSourceError,
@@ -78,10 +79,11 @@ def check_vllm(source: VllmSource | None = None,
     """Raise ``VllmSourceError`` naming every internal the vLLM at hand lacks.
 
     vLLM loads the plugin in every process it starts, and parsing vLLM's
-    sources takes about half a second, so a passed check of the installed
+    sources is too slow to repeat in each, so a passed check of the installed
     vLLM is remembered in a marker file keyed by the checked files' paths,
-    sizes and times and by this list (``$VLLM_GAMMATUNE_CACHE`` or
-    ``~/.cache/vllm_gammatune``); a failed check is never remembered.
+    sizes and times and by this list (under ``envs.cache_dir()``:
+    ``$VLLM_GAMMATUNE_CACHE`` or ``~/.cache/vllm_gammatune``); a failed check
+    is never remembered.
     """
     remember = source is None and listed is INTERNALS
     source = source or VllmSource.installed()
@@ -111,9 +113,7 @@ def _passed_marker(source: VllmSource) -> Path:
             if path.is_file():
                 stat = path.stat()
                 digest.update(f"{path}:{stat.st_size}:{stat.st_mtime_ns}".encode())
-    cache = os.environ.get("VLLM_GAMMATUNE_CACHE") or os.path.expanduser(
-        "~/.cache/vllm_gammatune")
-    return Path(cache) / "vllm_checks" / f"internals-{digest.hexdigest()[:32]}.ok"
+    return Path(envs.cache_dir()) / "vllm_checks" / f"internals-{digest.hexdigest()[:32]}.ok"
 
 
 def rebind_targets() -> set[tuple[str, str]]:

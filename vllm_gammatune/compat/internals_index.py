@@ -128,9 +128,14 @@ INTERNALS: tuple[Internal, ...] = (
              params=("self", "vllm_config", "device", "runner")),
     Internal(_PROPOSER_BASE, "SpecDecodeBaseProposer.propose", "override",
              "per-request plans, skip and catch-up around vLLM's draft loop, which "
-             "takes the step's num_speculative_tokens",
+             "takes the step's num_speculative_tokens; the override restates vLLM's "
+             "typed signature and passes every input on by name",
              "vLLM drafts per-request lengths itself",
-             params=("self", "num_speculative_tokens"), keywords=("common_attn_metadata",)),
+             params=("self", "num_speculative_tokens", "target_token_ids",
+                     "target_positions", "target_hidden_states", "next_token_ids",
+                     "token_indices_to_sample", "common_attn_metadata",
+                     "sampling_metadata", "mm_embed_inputs", "num_rejected_tokens_gpu",
+                     "slot_mappings")),
     Internal(_PROPOSER_BASE, "SpecDecodeBaseProposer.prepare_inputs_padded", "override",
              "observe the last verification: drafted and valid sampled counts per request",
              "vLLM offers a per-request verification hook",

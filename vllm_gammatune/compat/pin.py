@@ -17,15 +17,13 @@ Read the version from ``vllm.__version__``: the CPU wheel is distributed as
 
 from __future__ import annotations
 
-import os
+import vllm_gammatune.envs as envs
 
 #: The series the whole test suite runs on here (CPU).
 RUN_TESTED_VLLM_SERIES = "0.32"
 #: Series whose source was checked against ``internals.INTERNALS`` but not run.
 SOURCE_CHECKED_VLLM_SERIES = ("0.33",)
 SUPPORTED_VLLM_SERIES = (RUN_TESTED_VLLM_SERIES, *SOURCE_CHECKED_VLLM_SERIES)
-#: Set to 1 to run on a vLLM series outside SUPPORTED_VLLM_SERIES.
-ALLOW_UNTESTED_ENV = "VLLM_GAMMATUNE_ALLOW_UNTESTED_VLLM"
 
 
 class UnsupportedVllmVersionError(RuntimeError):
@@ -43,7 +41,9 @@ def series(version: str) -> str:
 
 
 def is_supported(version: str) -> bool:
-    return series(version) in SUPPORTED_VLLM_SERIES or os.environ.get(ALLOW_UNTESTED_ENV) == "1"
+    """A supported series, or any where ``envs.allow_untested_vllm()`` (which
+    raises ``ValueError`` for a value it does not allow)."""
+    return series(version) in SUPPORTED_VLLM_SERIES or envs.allow_untested_vllm()
 
 
 def check_vllm_version(version: str | None = None) -> str:
@@ -54,7 +54,7 @@ def check_vllm_version(version: str | None = None) -> str:
             f"vllm-gammatune: installed vLLM version is {version!r}; this plugin "
             f"supports vLLM {' and '.join(s + '.x' for s in SUPPORTED_VLLM_SERIES)} "
             f"(install 'vllm-gammatune[cpu]' or 'vllm-gammatune[cuda]' to get one, "
-            f"or set {ALLOW_UNTESTED_ENV}=1 to try this one at your own risk)."
+            f"or set {envs.ALLOW_UNTESTED_VLLM}=1 to try this one at your own risk)."
         )
     return version
 
@@ -67,6 +67,8 @@ def compatibility_problems() -> list[str]:
         check_vllm_version()
     except UnsupportedVllmVersionError as exc:
         return [str(exc)]
+    except ValueError as exc:  # a bad setting refuses the methods, not all of vLLM
+        return [f"vllm-gammatune: {exc}"]
     try:
         internals.check_vllm()
     except internals.VllmSourceError as exc:

@@ -1,6 +1,6 @@
 """The drafter's side of skipping the draft model and catching it up.
 
-For a policy that ``skips_drafts`` (``gammatune_cost``), a step where every
+For a ``CostObserver`` policy (``gammatune_cost``), a step where every
 request plans 0 tokens runs no draft pass at all; ``holes.DraftKVHoles``
 records the positions the draft missed, and before a request drafts again
 ``catch_up_passes.run_catch_up`` runs the draft over them. ``DraftCatchUp`` does

@@ -35,7 +35,13 @@ import torch
 from vllm.utils.torch_utils import async_tensor_h2d
 from vllm_gammatune.drafter.hot_path import read_on_host
 from vllm_gammatune.drafter.tp_agreement import same_decisions_on_every_rank
-from vllm_gammatune.policies import DraftLengthPolicy
+from vllm_gammatune.policies import (
+    DraftLengthPolicy,
+    RelaxedVerifier,
+    ThresholdStop,
+    TokenRule,
+)
+from vllm_gammatune.policies.contracts import STOP_ON_CONFIDENCE, STOP_ON_ENTROPY
 from vllm_gammatune.verify.kept_draft import KeptDraft
 from vllm_gammatune.verify.divergences import entropy_bits
 
@@ -88,7 +94,7 @@ class DraftStep:
         token_rule: called after each pass with (position, the draft's
             probability of each request's new token, which requests drafted
             in the pass); returns per request None (draft on) or the length
-            its draft ends at (a policy that ``decides_per_token``).
+            its draft ends at (a ``TokenRule``).
         keep_token_probs: keep each pass's token probabilities (traces).
         early_exit: end the loop once every request has stopped; off (the
             CUDA hot path), run every planned pass and apply ``token_rule``
@@ -100,7 +106,7 @@ class DraftStep:
         planned: list[int],
         device: torch.device,
         stop_thresholds: torch.Tensor | None = None,
-        stop_on: str = "confidence",
+        stop_on: str = STOP_ON_CONFIDENCE,
         keep_entropies: bool = False,
         keep_distributions: bool = False,
         token_rule=None,
@@ -108,7 +114,7 @@ class DraftStep:
         early_exit: bool = True,
     ):
         #: draft passes to run at most (the longest plan)
-        self.num_steps = max(planned)
+        self.num_passes = max(planned)
         #: the loop ends once every request has stopped (asking the host
         #: after each pass); off, it runs every planned pass
         self.early_exit = early_exit
@@ -128,12 +134,12 @@ class DraftStep:
         self.stopped = torch.zeros_like(self.planned, dtype=torch.bool)
         # [num_reqs] True where the request was stopped early by its threshold
         self.stopped_early = torch.zeros_like(self.stopped)
-        self.token_ids: list[torch.Tensor] = []  # num_steps x [num_reqs]
-        # vLLM's draft probs, num_steps x [num_reqs, vocab]
+        self.token_ids: list[torch.Tensor] = []  # num_passes x [num_reqs]
+        # vLLM's draft probs, num_passes x [num_reqs, vocab]
         self.probs: list[torch.Tensor] = []
-        self.distributions: list[torch.Tensor] = []  # q_i, num_steps x [num_reqs, vocab]
-        self.entropies: list[torch.Tensor] = []  # H(q_i), num_steps x [num_reqs]
-        # q_i(x_i), the draft's probability of its token, num_steps x [num_reqs]
+        self.distributions: list[torch.Tensor] = []  # q_i, num_passes x [num_reqs, vocab]
+        self.entropies: list[torch.Tensor] = []  # H(q_i), num_passes x [num_reqs]
+        # q_i(x_i), the draft's probability of its token, num_passes x [num_reqs]
         self.token_probs: list[torch.Tensor] = []
         # what the host read of the step (``read_back``): per request, its
         # drafted tokens, its length, whether it stopped early, and the
@@ -170,14 +176,14 @@ class DraftStep:
         reached_plan = self.planned <= position
         if distribution is not None:
             entropy = None
-            if self.keep_entropies or self.stop_on == "entropy":
+            if self.keep_entropies or self.stop_on == STOP_ON_ENTROPY:
                 entropy = entropy_bits(distribution)  # [num_reqs]
             if self.keep_entropies:
                 self.entropies.append(entropy)
             if self.keep_distributions:
                 self.distributions.append(distribution)
             if self.stop_thresholds is not None:
-                if self.stop_on == "entropy":
+                if self.stop_on == STOP_ON_ENTROPY:
                     stop = entropy > self.stop_thresholds
                 else:
                     stop = distribution.max(dim=-1).values < self.stop_thresholds
@@ -190,7 +196,7 @@ class DraftStep:
         if self.early_exit and self.token_rule is not None and token_probs is not None:
             self._apply_token_rule(position, token_probs)
         self.stopped |= reached_plan
-        if not self.early_exit or position >= self.num_steps or (
+        if not self.early_exit or position >= self.num_passes or (
                 self.stop_thresholds is None and self.token_rule is None):
             return False
         return bool(self.stopped.all())
@@ -326,24 +332,26 @@ def plan_draft_step(policy: DraftLengthPolicy, states: list, planned: list[int],
                     device: torch.device, keep_token_probs: bool,
                     early_exit: bool = True) -> DraftStep:
     """The step's ``DraftStep`` for a plan: the policy's per-token stop (a
-    threshold per request, or its decision after each pass) and what its
-    verification will read. With early exit, the per-pass decisions end the
-    loop, so every tensor-parallel rank takes rank 0's; without, every rank
-    runs the planned passes and the decisions only cut what rank 0 hands to
-    the scheduler."""
-    measure = policy.stop_measure
+    ``ThresholdStop``'s threshold per request, or a ``TokenRule``'s decision
+    after each pass) and what a ``RelaxedVerifier``'s verification will
+    read. With early exit, the per-pass decisions end the loop, so every
+    tensor-parallel rank takes rank 0's; without, every rank runs the
+    planned passes and the decisions only cut what rank 0 hands to the
+    scheduler."""
+    measure = policy.stop_measure if isinstance(policy, ThresholdStop) else None
     thresholds = None
     if measure is not None:  # per request (AdaSD: T_G, Algorithm 1 line 6)
         thresholds = async_tensor_h2d([policy.stop_threshold(s) for s in states],
                                       dtype=torch.float32, device=device)
     token_rule = None
-    if policy.decides_per_token:
+    if isinstance(policy, TokenRule):
         def token_rule(position, token_probs, active):
             decisions = policy.draft_on(states, position, token_probs, active)
             return (same_decisions_on_every_rank(decisions, device) if early_exit
                     else decisions)
-    return DraftStep(planned, device, thresholds, stop_on=measure or "confidence",
-                     keep_entropies=policy.learns_per_token,
-                     keep_distributions=policy.relaxes_verification,
+    verified_per_token = isinstance(policy, RelaxedVerifier)
+    return DraftStep(planned, device, thresholds, stop_on=measure or STOP_ON_CONFIDENCE,
+                     keep_entropies=verified_per_token,
+                     keep_distributions=verified_per_token and policy.relaxes_verification,
                      token_rule=token_rule, keep_token_probs=keep_token_probs,
                      early_exit=early_exit)

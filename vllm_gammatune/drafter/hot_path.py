@@ -8,40 +8,33 @@ drafter reads once per step, after every planned pass has been launched
 (``docs/cuda.md``, "Two drafting paths"):
 
 - verifications are read with the drafts, so the policy learns of a
-  verification one plan late (``DraftLengthPolicy.adapt_to_drafter``);
+  verification before the plan after next (``Verification.step`` says which
+  draft it verified);
 - the loop runs every planned pass; threshold stops are computed on the
   device and a per-token rule is applied after the loop
   (``DraftStep.replay_token_rule``);
 - host data goes to the device through pinned memory, without waiting.
 
-``VLLM_GAMMATUNE_CUDA_HOT_PATH``: unset, the hot path is on for CUDA devices;
-``1`` forces it on any device (tests and benchmarks run it on the CPU);
-``0`` forces the host path.
+``VLLM_GAMMATUNE_CUDA_HOT_PATH`` (``envs.cuda_hot_path``): unset, the hot path
+is on for CUDA devices; ``1`` forces it on any device (tests and benchmarks
+run it on the CPU); ``0`` forces the host path.
 """
 
 from __future__ import annotations
 
-import os
-
 import torch
 
-ENV_VAR = "VLLM_GAMMATUNE_CUDA_HOT_PATH"
+import vllm_gammatune.envs as envs
 
 
 def uses_cuda_hot_path(device: torch.device) -> bool:
     """Whether the drafter on ``device`` takes the CUDA hot path.
 
     Raises:
-        ValueError: the environment variable holds anything but 0 or 1.
+        ValueError: ``VLLM_GAMMATUNE_CUDA_HOT_PATH`` holds anything but 0 or 1.
     """
-    value = os.environ.get(ENV_VAR, "")
-    if value == "":
-        return device.type == "cuda"
-    if value not in ("0", "1"):
-        raise ValueError(f"{ENV_VAR}={value!r} is not allowed: must be 1 (the CUDA hot "
-                         "path on any device) or 0 (the host path), or unset (the hot "
-                         "path on CUDA devices)")
-    return value == "1"
+    forced = envs.cuda_hot_path()
+    return device.type == "cuda" if forced is None else forced
 
 
 def read_on_host(tensor: torch.Tensor) -> list:

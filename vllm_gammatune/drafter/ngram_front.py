@@ -4,46 +4,36 @@ Composed into the draft-model drafter (``proposer``), it adds three things
 to a step of the host path:
 
 1. teach: a request whose last draft came from the lookup is taught to the
-   policy as a free draft (``DraftLengthPolicy.observe_free_draft``), not as
-   a draft of the model, and counted as the n-gram's
-   (``vllm:gammatune_ngram_*``); the draft model's share of the
+   policy as a free draft (a ``Verification`` with ``source=FREE``, in the
+   step's observation), not as a draft of the model, and counted as the
+   n-gram's (``vllm:gammatune_ngram_*``); the draft model's share of the
    verification goes on as before;
 2. look up: vLLM's own n-gram match (its per-request function, with the
    plugin's ``prompt_lookup_min`` / ``_max``) over each request's tokens as
    they stand after this verification: the runner's host copy up to the
    accepted drafts, and the token the target just sampled (the draft-model
    path runs before vLLM's book-keeping writes it); a request whose sampled
-   token is discarded (a prompt chunk) gets no offer. An offer the last step
-   did not verify is still compared with the tokens the target emitted in
-   its place, which teaches the lookup's acceptance for free (see below);
+   token is discarded (a prompt chunk) gets no offer;
 3. choose and merge: the policy's free lengths (``free_drafts``); those
    requests get their lookup's tokens in place of the model's (which the
    plan gave a limit of 0), and, where vLLM's rejection sampler reads the
    draft's probabilities, a one-hot row per free token: the lookup proposes
    its token with certainty, as vLLM's n-gram path does without rows.
 
-Unverified offers. A policy that learnt the lookup's acceptance only from
-the drafts it chose to verify would never choose it where it starts below
-the draft model (a prior of 0.5 against a draft model right 90% of the time
-on code) and never learn better. But what an unverified offer would have
-earned is known one step later: the target emitted its own tokens at those
-positions, and a lookup draft is accepted token by token as long as it
-matches them (greedy: exactly; sampled: with the probability the target
-gives the token, which the emitted token matches as often). So each such
-offer teaches the policy ``m + 1`` drafted and ``m`` accepted, ``m`` its
-matched prefix, or all of it matched where the emitted tokens end first.
+Unverified offers teach too: an offer the last step did not verify is
+compared with the tokens the target emitted in its place, and teaches
+``m + 1`` drafted and ``m`` accepted, ``m`` its matched prefix (all of it
+where the emitted tokens end first), as a free verification. Without them
+a lookup that starts below a draft model that is right almost every time
+would never be chosen, so never learnt from (why the match is a fair
+verification: ``docs/methods.md``, "Drafters").
 
-The lookup runs one request at a time in vLLM's compiled matcher, not in
-vLLM's batched one, which runs a parallel region with a thread pool of its
-own on a CPU whose cores the model's threads hold.
-
-The draft model needs nothing of the lookup: its next first pass runs over
-the tokens the target verified, wherever they came from, and a step the
-draft model skips leaves holes it catches up as after any skipped step.
-
-One read of the device a step (the sampled tokens, with the verification
-counts the host path reads anyway): the combined drafter runs the host
-path on every device (``hot_path``).
+The lookup runs one request at a time in vLLM's compiled matcher, not its
+batched one (``docs/methods.md``). The draft model needs nothing of the
+lookup: its next first pass runs over the tokens the target verified,
+wherever they came from, and a step it skips leaves holes it catches up as
+after any skipped step. The combined drafter runs the host path on every
+device (``hot_path``; one read of the device a step, ``docs/cuda.md``).
 """
 
 from __future__ import annotations
@@ -55,6 +45,7 @@ import torch
 
 from vllm_gammatune.drafter.observations import accepted_draft_tokens
 from vllm_gammatune.drafter.request_records import RequestRecords
+from vllm_gammatune.policies import DraftSource, FreeDraftPlanner, Verification
 from vllm_gammatune.telemetry import trace
 from vllm_gammatune.telemetry.metrics import StepCounters
 
@@ -62,7 +53,7 @@ from vllm_gammatune.telemetry.metrics import StepCounters
 class NgramFront:
     """vLLM's n-gram lookup, consulted before the draft model each step."""
 
-    def __init__(self, match, options, max_model_len: int, policy,
+    def __init__(self, match, options, max_model_len: int, policy: FreeDraftPlanner,
                  records: RequestRecords):
         #: vLLM's per-request matcher:
         #: ``match(tokens, min_n, max_n, max_model_len, k) -> tokens``
@@ -100,12 +91,14 @@ class NgramFront:
 
     # -- 1. teach ---------------------------------------------------------------
     def teach(self, req_ids: Sequence[str], num_draft_tokens: Sequence[int],
-              valid_counts: Sequence[int], counters: StepCounters | None) -> list[int]:
-        """Teach the policy the free drafts of this verification; return
-        ``num_draft_tokens`` ([num_reqs]) with those requests' set to 0: the
-        draft model's share, for its own observation."""
+              valid_counts: Sequence[int], counters: StepCounters | None,
+              step: int) -> tuple[list[int], list[Verification]]:
+        """The free drafts' verifications of this step (drafts planned at
+        ``step``), and ``num_draft_tokens`` ([num_reqs]) with those
+        requests' set to 0: the draft model's share, for its own."""
         model_share = list(num_draft_tokens)
         free, self._free = self._free, {}
+        verifications = []
         drafted_total = accepted_total = 0
         for i, req_id in enumerate(req_ids):
             drafted = free.get(req_id, 0)
@@ -116,28 +109,30 @@ class NgramFront:
             if drafted <= 0 or valid_counts[i] <= 0:
                 continue
             accepted = accepted_draft_tokens(drafted, valid_counts[i])
-            state = self._records.policy_state(req_id)
-            self._policy.observe_free_draft(state, drafted, accepted)
+            verifications.append(Verification(req_id, step, drafted, accepted,
+                                              num_reqs=len(req_ids), source=DraftSource.FREE))
             if trace.writer() is not None:  # VLLM_GAMMATUNE_TRACE only
                 trace.record(req_id, drafted, accepted, {"source": "ngram"})
             drafted_total += drafted
             accepted_total += accepted
         if counters is not None and drafted_total:
             counters.record_ngram_verification(drafted_total, accepted_total)
-        return model_share
+        return model_share, verifications
 
     # -- 2. look up ------------------------------------------------------------
     def offers(self, runner, req_ids: Sequence[str], num_speculative_tokens: int,
                accepted: Sequence[int], next_token_ids: Sequence[int],
-               discarded: Sequence[bool]) -> list[list[int]]:
+               discarded: Sequence[bool],
+               step: int) -> tuple[list[list[int]], list[Verification]]:
         """[num_reqs] the lookup's tokens for each request (at most
-        ``num_speculative_tokens``; [] without a match), after the last
-        step's unverified offers learnt from what the target emitted.
+        ``num_speculative_tokens``; [] without a match), and what the last
+        step's unverified offers (made at ``step``) would have earned where
+        the target emitted its own tokens (module docstring).
         ``accepted``: [num_reqs] draft tokens accepted this step;
         ``next_token_ids``: [num_reqs] the token each request just sampled."""
         batch = runner.input_batch
         unverified, self._unverified = self._unverified, {}
-        offers = []
+        offers, scored = [], []
         for i, req_id in enumerate(req_ids):
             if discarded[i]:
                 offers.append([])
@@ -149,23 +144,11 @@ class NgramFront:
             context[known] = next_token_ids[i]
             if req_id in unverified:
                 emitted = context[known - accepted[i]:].tolist()
-                self._learn_unverified(req_id, unverified[req_id], emitted)
+                scored.append(_scored_offer(req_id, step, len(req_ids), unverified[req_id],
+                                            emitted))
             offers.append(self._match(context, self._min_n, self._max_n,
                                       self._max_model_len, num_speculative_tokens).tolist())
-        return offers
-
-    def _learn_unverified(self, req_id: str, offer: list[int], emitted: list[int]) -> None:
-        """What ``offer`` would have earned where the target emitted
-        ``emitted`` (module docstring): ``m + 1`` drafted and ``m`` accepted,
-        or all of it where the offer or the emitted tokens end first."""
-        matched = 0
-        for drafted, token in zip(offer, emitted):
-            if drafted != token:
-                break
-            matched += 1
-        rejected = matched < min(len(offer), len(emitted))
-        self._policy.observe_free_draft(self._records.policy_state(req_id),
-                                        matched + rejected, matched)
+        return offers, scored
 
     # -- 3. choose and merge -----------------------------------------------------
     def choose(self, req_ids: Sequence[str], offers: Sequence[list[int]], batch) -> list[int]:
@@ -201,3 +184,18 @@ class NgramFront:
                 draft_probs[i, :k] = 0
                 draft_probs[i, torch.arange(k), torch.tensor(drafts[i][:k])] = 1
         return draft_probs
+
+
+def _scored_offer(req_id: str, step: int, num_reqs: int, offer: list[int],
+                  emitted: list[int]) -> Verification:
+    """What ``offer`` would have earned where the target emitted ``emitted``
+    (module docstring): ``m + 1`` drafted and ``m`` accepted, or all of it
+    where the offer or the emitted tokens end first."""
+    matched = 0
+    for drafted, token in zip(offer, emitted):
+        if drafted != token:
+            break
+        matched += 1
+    rejected = matched < min(len(offer), len(emitted))
+    return Verification(req_id, step, matched + rejected, matched, num_reqs=num_reqs,
+                        source=DraftSource.FREE)

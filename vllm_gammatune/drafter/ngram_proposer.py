@@ -9,9 +9,10 @@ in microseconds. What costs is verifying them, and how many of
 them to verify is what the plugin's policy decides. One step:
 
 1. observe: the draft tokens each request had verified this step (handed
-   over by the sampling step, ``note_verification``, from vLLM's
+   over by the sampling step, ``note_sampling``, from vLLM's
    ``SpecDecodeMetadata``) and the tokens it kept (``sampled_token_ids``:
-   accepted + 1) teach the policy (``observations``);
+   accepted + 1), with the timings, are the policy's observation
+   (``observations``);
 2. look up: vLLM's lookup at the cap offers each request up to the cap's
    tokens (none without a match);
 3. plan: the policy's lengths, each at most what the request was offered
@@ -23,7 +24,7 @@ them to verify is what the plugin's policy decides. One step:
    draft costs almost nothing and verifying it is what costs).
 
 There is no draft KV cache, so nothing is caught up after a step that
-drafts nothing (``adapt_to_drafter(keeps_draft_kv=False)``), and no draft
+drafts nothing (``DrafterTraits(keeps_draft_kv=False)``), and no draft
 distribution, so no per-token stop (``methods.drafters``).
 
 The CUDA hot path holds as it is: vLLM's n-gram path hands the sampled
@@ -43,27 +44,28 @@ import torch
 from vllm.logger import init_logger
 from vllm.v1.spec_decode.ngram_proposer import NgramProposer
 from vllm_gammatune.draft_kv.catch_up import step_positions
-from vllm_gammatune.drafter.observations import observe_verifications
+from vllm_gammatune.drafter.contract import PluginDrafter
+from vllm_gammatune.drafter.observations import (
+    count_verifications,
+    deliver,
+    trace_verifications,
+)
 from vllm_gammatune.drafter.request_records import RequestRecords
 from vllm_gammatune.drafter.step_metrics import attach_step_metrics
 from vllm_gammatune.drafter.step_timing import StepTimer
 from vllm_gammatune.drafter.tp_agreement import same_plan_on_every_rank
 from vllm_gammatune.methods import settings_from_additional_config
-from vllm_gammatune.policies import BatchView
+from vllm_gammatune.policies import BatchView, CostObserver, DrafterTraits, ExplainsSteps
+from vllm_gammatune.policies.observation import NO_TIMINGS
 from vllm_gammatune.telemetry import trace
 from vllm_gammatune.telemetry.metrics import StepCounters
 
 logger = init_logger(__name__)
 
 
-class AdaptiveNgramProposer(NgramProposer):
+class AdaptiveNgramProposer(NgramProposer, PluginDrafter):
     """vLLM's NgramProposer, verifying each request's own length."""
 
-    #: a step where no request has draft tokens is sampled without vLLM's
-    #: rejection sampler (``integration.sampling.sample_step``)
-    samples_draftless_steps_plainly = True
-    #: no policy that learns per token drives the n-gram drafter
-    adasd_verifier = None
     #: the runner this drafter serves (``attach_runner``, after the runner's
     #: init); None while vLLM's init warms the lookup up with a dummy batch
     _runner = None
@@ -74,16 +76,19 @@ class AdaptiveNgramProposer(NgramProposer):
         assert settings is not None, "AdaptiveNgramProposer without settings"
         self.settings = settings
         self.policy = settings.make_policy()
-        self.policy.adapt_to_drafter(runs_every_planned_pass=False, observation_lag=0,
-                                     keeps_draft_kv=False)
+        plans_from_costs = isinstance(self.policy, CostObserver)
+        if plans_from_costs:
+            self.policy.adapt_to_drafter(DrafterTraits(keeps_draft_kv=False))
         self.records = RequestRecords(self.policy, also_forget=(trace.forget_missing,))
         self._metrics = attach_step_metrics(vllm_config, settings.num_speculative_tokens,
                                             self.policy)
         #: the lookup runs on the host: the clock needs no device sync
-        self._timer = (StepTimer(self.policy, torch.device("cpu"))
-                       if self.policy.times_steps else None)
+        self._timer = StepTimer(torch.device("cpu")) if plans_from_costs else None
         #: [num_reqs] the draft tokens verified in the step being sampled
         self._verified: list[int] | None = None
+        #: the step the next plan is of, and the one the last plan was of
+        #: (``Verification.step``)
+        self._step_index = self._drafted_at = 0
         #: seconds in the plugin's own code (``vllm:gammatune_plugin_time_us``)
         self.policy_seconds = 0.0
         logger.info("vllm-gammatune: n-gram drafting with method=%s %s", settings.method,
@@ -105,9 +110,7 @@ class AdaptiveNgramProposer(NgramProposer):
         if self.counters is not None:
             self.counters.set_tracked_requests(len(self.records))
 
-    def note_verification(self, num_draft_tokens: list[int]) -> None:
-        """The sampling step verifies these draft tokens per request (input
-        batch order); their outcome arrives with the next ``propose``."""
+    def note_sampling(self, num_draft_tokens: list[int]) -> None:
         self._verified = num_draft_tokens
 
     # -- one step ----------------------------------------------------------------
@@ -121,11 +124,14 @@ class AdaptiveNgramProposer(NgramProposer):
         num_reqs = len(sampled_token_ids)
         req_ids = list(runner.input_batch.req_ids[:num_reqs])
         self.records.forget_missing(runner.requests)
+        if self._timer is not None:
+            self._timer.begin_step()
         # 1. observe
         verified, self._verified = self._verified, None
-        if verified is not None:
-            observe_verifications(self.policy, self.records, req_ids, verified,
-                                  [len(tokens) for tokens in sampled_token_ids])
+        verifications = [] if verified is None else count_verifications(
+            req_ids, verified, [len(tokens) for tokens in sampled_token_ids],
+            self._drafted_at)
+        trace_verifications(self.policy, self.records, verifications)
         positions = step_positions(runner, num_reqs)
         num_scheduled_tokens = sum(e - s for s, e in zip(positions.starts, positions.ends))
         decode_only = positions.longest_query <= 1 + num_speculative_tokens
@@ -142,22 +148,26 @@ class AdaptiveNgramProposer(NgramProposer):
             self._timer.on_pass(num_reqs)
             self._timer.end_passes()
         start = time.perf_counter()
+        deliver(self.policy, self.records, self._step_index, verifications,
+                NO_TIMINGS if self._timer is None else self._timer.take())
         # 3. plan
-        batch = BatchView(batch_size=num_reqs, num_scheduled_tokens=num_scheduled_tokens,
+        batch = BatchView(num_reqs, num_scheduled_tokens=num_scheduled_tokens,
                           has_prefill=not decode_only,
                           draft_limits=tuple(len(offer) for offer in offers))
         states = [self.records.policy_state(r) for r in req_ids]
         planned = [min(k, num_speculative_tokens, len(offer))
                    for k, offer in zip(self.policy.plan_batch(states, batch), offers)]
-        if self.policy.times_steps:
+        if plans_from_costs := isinstance(self.policy, CostObserver):
             planned = same_plan_on_every_rank(planned, runner.device)
-        if trace.writer() is not None:  # VLLM_GAMMATUNE_TRACE only
+        self._drafted_at, self._step_index = self._step_index, self._step_index + 1
+        if trace.writer() is not None and isinstance(self.policy, ExplainsSteps):
             decision = self.policy.last_decision
             if decision is not None:
                 trace.record_step(decision)
         # 4. cut and record
         drafts = [offer[:k] for offer, k in zip(offers, planned)]
-        self.policy.draft_ended(max(planned, default=0))
+        if plans_from_costs:
+            self._timer.passes_run(max(planned, default=0))
         self.policy_seconds += time.perf_counter() - start
         if self._metrics is not None:
             discarded = runner.discard_request_mask.np[:num_reqs]

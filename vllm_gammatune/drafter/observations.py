@@ -1,19 +1,29 @@
-"""One verification's counts, taught to the policy: shared by both drafters.
+"""A step's observation, assembled by the drafter and handed to its policy.
 
 After vLLM's rejection sampler, a request that had ``k`` draft tokens keeps
 ``accepted + 1`` sampled tokens (0 when its sampled token is discarded, a
-prompt chunk). The drafter hands each such count to its policy
-(``DraftLengthPolicy.observe``) and, with a trace on, writes the line of the
-verification. A policy that learns per token (AdaSD) learns at the rejection
-sampler instead (``verify.adasd_verifier``) and is not called here.
+prompt chunk). The drafter turns each such count into a ``Verification``
+(``count_verifications``), adds what else reached the host (a free draft's,
+AdaSD's token by token) and its timer's timings, and hands the policy one
+``StepObservation`` before it plans (``deliver``). With a trace on, each
+verification of the drafter's own draft by counts is written as a line when
+it reaches the host (``trace_verifications``), with what the policy knew of
+that draft then. Shared by both drafters.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from vllm_gammatune.drafter.request_records import RequestRecords
-from vllm_gammatune.policies import BatchView, DraftLengthPolicy
+from vllm_gammatune.policies import (
+    DraftLengthPolicy,
+    DraftSource,
+    ExplainsSteps,
+    StepObservation,
+    Verification,
+)
+from vllm_gammatune.policies.observation import NO_TIMINGS, CycleTimings
 from vllm_gammatune.telemetry import trace
 
 
@@ -23,30 +33,51 @@ def accepted_draft_tokens(num_draft_tokens: int, num_valid: int) -> int:
     return max(0, min(num_draft_tokens, num_valid - 1))
 
 
-def observe_verifications(policy: DraftLengthPolicy, records: RequestRecords,
-                          req_ids: Sequence[str], num_draft_tokens: Sequence[int],
-                          valid_counts: Sequence[int]) -> None:
-    """Teach ``policy`` one step's verifications. ``num_draft_tokens``:
-    [num_reqs] draft tokens verified; ``valid_counts``: [num_reqs] accepted
-    drafts + 1 (0 if discarded); both in the step's input batch order."""
-    if policy.learns_per_token:
+def count_verifications(req_ids: Sequence[str], num_draft_tokens: Sequence[int],
+                        valid_counts: Sequence[int], step: int) -> list[Verification]:
+    """The verifications of one step, of drafts planned at ``step``.
+    ``num_draft_tokens``: [num_reqs] draft tokens verified; ``valid_counts``:
+    [num_reqs] accepted drafts + 1 (0 if discarded); both in the step's
+    input batch order. A request without a draft, or whose sampled token is
+    discarded, has none."""
+    num_reqs = len(req_ids)
+    return [Verification(req_id, step, drafted, accepted_draft_tokens(drafted, num_valid),
+                         num_reqs=num_reqs)
+            for req_id, drafted, num_valid in zip(req_ids, num_draft_tokens, valid_counts)
+            if drafted > 0 and num_valid > 0]
+
+
+def deliver(policy: DraftLengthPolicy, records: RequestRecords, step: int,
+            verifications: Iterable[Verification] = (),
+            timings: CycleTimings = NO_TIMINGS) -> None:
+    """Hand the policy the observation before the plan of ``step``. A
+    verification of a request that has left (no record) is dropped."""
+    observation = StepObservation(
+        step, tuple(v for v in verifications if v.req_id in records), timings)
+    policy.observe_step(observation, records.policy_states)
+
+
+def trace_verifications(policy: DraftLengthPolicy, records: RequestRecords,
+                        verifications: Iterable[Verification]) -> None:
+    """With a trace on, one line per verification of the drafter's own
+    draft by counts, written as it reaches the host (before the policy
+    learns from it)."""
+    if trace.writer() is None:  # VLLM_GAMMATUNE_TRACE only
         return
-    batch = BatchView(batch_size=len(req_ids))
-    for req_id, drafted, num_valid in zip(req_ids, num_draft_tokens, valid_counts):
-        if drafted <= 0 or num_valid <= 0:
-            continue
-        accepted = accepted_draft_tokens(drafted, num_valid)
-        state = records.policy_state(req_id)
-        if trace.writer() is not None:  # VLLM_GAMMATUNE_TRACE only
-            _trace_verification(policy, records, req_id, state, drafted, accepted)
-        records.set_policy_state(req_id, policy.observe(state, drafted, accepted, batch))
+    for verification in verifications:
+        if verification.source is DraftSource.MODEL and verification.verdicts is None:
+            _trace_verification(policy, records, verification)
 
 
-def _trace_verification(policy: DraftLengthPolicy, records: RequestRecords, req_id: str,
-                        state, drafted: int, accepted: int) -> None:
+def _trace_verification(policy: DraftLengthPolicy, records: RequestRecords,
+                        verification: Verification) -> None:
+    req_id, drafted = verification.req_id, verification.num_draft_tokens
     details = {}
     probs = records.take_traced_token_probs(req_id)
     if probs is not None:
         details["token_probs"] = [round(q, 4) for q in probs[:drafted]]
-    details.update(policy.verification_details(state, drafted) or {})
-    trace.record(req_id, drafted, accepted, details)
+    if isinstance(policy, ExplainsSteps):
+        state = records.policy_state(req_id)
+        details.update(policy.verification_details(state, verification) or {})
+    trace.record(req_id, drafted, verification.num_accepted_tokens, details)
+

@@ -27,7 +27,7 @@ Pure Python; no vLLM or torch import.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -96,6 +96,12 @@ class RequestRecords:
     def set_policy_state(self, req_id: str, state: Any) -> None:
         self.record(req_id).policy_state = state
 
+    @property
+    def policy_states(self) -> MutableMapping[str, Any]:
+        """req_id -> policy state, as ``DraftLengthPolicy.observe_step``
+        reads and writes them (a request's record is made on first use)."""
+        return _PolicyStates(self)
+
     # -- kept drafts (AdaSD's verification) -------------------------------------
     @property
     def num_kept_drafts(self) -> int:
@@ -108,13 +114,9 @@ class RequestRecords:
         record = self._records.get(req_id)
         return None if record is None else record.kept_draft
 
-    def close_verification(self, req_id: str, learned_state: Any | None) -> None:
-        """The request's draft is verified: drop what was kept of it and, when
-        the verification taught the policy something, keep the new state."""
-        record = self.record(req_id)
-        record.kept_draft = None
-        if learned_state is not None:
-            record.policy_state = learned_state
+    def close_verification(self, req_id: str) -> None:
+        """The request's draft is verified: drop what was kept of it."""
+        self.record(req_id).kept_draft = None
 
     # -- traced token probabilities ---------------------------------------------
     def keep_traced_token_probs(self, req_id: str, token_probs: list[float]) -> None:
@@ -138,3 +140,25 @@ class RequestRecords:
         for forget in self._also_forget:
             forget(live_req_ids)
         return len(gone)
+
+
+class _PolicyStates(MutableMapping):
+    """The records' policy states as a mapping (``RequestRecords.policy_states``)."""
+
+    def __init__(self, records: RequestRecords):
+        self._records = records
+
+    def __getitem__(self, req_id: str) -> Any:
+        return self._records.policy_state(req_id)
+
+    def __setitem__(self, req_id: str, state: Any) -> None:
+        self._records.set_policy_state(req_id, state)
+
+    def __delitem__(self, req_id: str) -> None:
+        raise TypeError("a request's record goes with the request (forget_missing)")
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._records)
+
+    def __len__(self) -> int:
+        return len(self._records)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from vllm.logger import init_logger
 from vllm_gammatune.drafter.draft_step import DraftStep
 from vllm_gammatune.methods import plugin_section
-from vllm_gammatune.policies import DraftLengthPolicy
+from vllm_gammatune.policies import DraftLengthPolicy, ExplainsSteps
 from vllm_gammatune.telemetry.metrics import StepCounters
 
 logger = init_logger(__name__)
@@ -23,8 +23,8 @@ class StepMetrics:
 
     Args:
         counters: the engine's metrics file.
-        policy: the drafter's policy, whose check against the clock
-            (``cycle_check``, if it has one) gives the drafting scale.
+        policy: the drafter's policy, whose check against the clock (an
+            ``ExplainsSteps``'s ``drafting_scale``) gives the drafting scale.
     """
 
     def __init__(self, counters: StepCounters, policy: DraftLengthPolicy):
@@ -77,11 +77,14 @@ class StepMetrics:
         against the clock. The gauge keeps the last scale the check had
         evidence for: the tail of a burst (fewer requests, few cycles) does
         not reset it."""
-        cycle_check = self._policy.cycle_check
-        if cycle_check is None:
+        policy = self._policy
+        checked = (policy.drafting_scale(num_reqs) if isinstance(policy, ExplainsSteps)
+                   else None)
+        if checked is None:
             return None
-        if cycle_check.is_informed(num_reqs):
-            self._reported_drafting_scale = cycle_check.drafting_scale(num_reqs)
+        scale, informed = checked
+        if informed:
+            self._reported_drafting_scale = scale
         return self._reported_drafting_scale
 
 

@@ -1,33 +1,31 @@
 """Timing the engine's steps for a policy that plans from measured costs.
 
-For a policy that ``times_steps`` (``gammatune_cost``), the proposer reports
-what each part of a step costs, through the policy's timing hooks:
+For a ``CostObserver`` (``gammatune_cost``) the drafter measures what each
+part of a step costs, and hands the timings over in the step's observation
+(``policies.observation.CycleTimings``):
 
 - the target step: the time from the end of one proposal to the start of the
-  next, at points where the device is synchronised anyway; it includes what
-  vLLM does around the forward (scheduling, sampling, output processing),
-  since that is what a step costs. Steps with a prompt chunk are not
-  reported: prefill chunks are compute-bound and hundreds of tokens long, and
-  a line through them says little about verifying a few draft tokens;
+  next; it includes what vLLM does around the forward (scheduling, sampling,
+  output processing), since that is what a step costs. Steps with a prompt
+  chunk are not reported: a line through prefill chunks says little about
+  verifying a few draft tokens;
 - each draft forward pass (timed from its start to the sampling of its
   tokens): the first over the step's target tokens and one new token per
   request, the later ones over one token per request. Over a prompt chunk
   the first pass is prefill-like and is reported as a catch-up pass;
 - each catch-up pass over the positions a request missed;
+- the passes each drafted step ran (timed or not);
 - the wall time from one plan to the next, which the policy's check against
-  the clock charges to the plan (so time no pass timer sees counts too).
+  the clock charges to the plan.
+
+What was measured before a proposal starts (``begin_step``) is the last
+step's drafting; what is measured after, before the plan, is the target's
+phase of the cycle (``CycleTimings``).
 
 On the CPU every step is timed: a forward pass there is synchronous, so the
-clock readings cost nothing. On CUDA a reading has to wait for the device
-(``torch.cuda.synchronize``), which stops the CPU from queueing work ahead of
-the GPU, so the timer measures one step in ``CUDA_TIMING_PERIOD`` (and reads
-the clock once more at the next plan, to close the intervals that step
-opened); the steps between are neither timed nor synchronised. The fits the
-policy keeps are averages over many samples, so a sampled subset serves them.
-
-Since the plan then depends on this process's clock, tensor-parallel ranks
-could plan differently: every rank drafts what rank 0 planned
-(``tp_agreement``).
+clock readings cost nothing. On CUDA a reading has to wait for the device,
+so the timer measures one step in ``CUDA_TIMING_PERIOD`` (and reads the
+clock once more at the next plan, to close the intervals that step opened).
 """
 
 from __future__ import annotations
@@ -36,7 +34,15 @@ import time
 
 import torch
 
-from vllm_gammatune.policies import DraftLengthPolicy
+from vllm_gammatune.policies.observation import (
+    CatchUpPassTiming,
+    CycleTimings,
+    CycleWallTime,
+    DraftPassTiming,
+    PassesRun,
+    TargetStepTiming,
+    Timing,
+)
 
 
 #: On CUDA, the timers measure (and synchronise the device on) one step in this many.
@@ -44,16 +50,14 @@ CUDA_TIMING_PERIOD = 8
 
 
 class StepTimer:
-    """The clock readings of one drafter, reported to its policy.
+    """The clock readings of one drafter, kept for its policy's observation.
 
     Args:
         period: time one step in ``period`` (default: every step on the CPU,
             ``CUDA_TIMING_PERIOD`` on CUDA).
     """
 
-    def __init__(self, policy: DraftLengthPolicy, device: torch.device,
-                 period: int | None = None):
-        self.policy = policy
+    def __init__(self, device: torch.device, period: int | None = None):
         self.device = device
         self.period = period or (CUDA_TIMING_PERIOD if device.type == "cuda" else 1)
         self._plans = 0
@@ -69,6 +73,29 @@ class StepTimer:
         self._timing_passes = False
         #: the pass under way is the first over a step with a prompt chunk
         self._first_pass_is_prefill = False
+        #: timings measured before this proposal began (the last step's
+        #: drafting), and since (``begin_step``)
+        self._drafting: list[Timing] = []
+        self._target: list[Timing] = []
+
+    def begin_step(self) -> None:
+        """A proposal begins: what follows is its target phase."""
+        self._drafting.extend(self._target)
+        self._target = []
+
+    def _add(self, timing: Timing) -> None:
+        self._target.append(timing)
+
+    def take(self) -> CycleTimings:
+        """The timings measured since the last ``take``, for the step's
+        observation."""
+        timings = CycleTimings(tuple(self._drafting), tuple(self._target))
+        self._drafting, self._target = [], []
+        return timings
+
+    def passes_run(self, num_passes: int) -> None:
+        """The step's draft ended after ``num_passes`` passes."""
+        self._add(PassesRun(num_passes))
 
     def synchronized_clock(self) -> float:
         """Now, after the device has finished what was queued (honest timing)."""
@@ -92,10 +119,10 @@ class StepTimer:
             return
         now = self.synchronized_clock()
         if self._last_plan_time is not None:
-            self.policy.observe_cycle_wall_time(now - self._last_plan_time)
+            self._add(CycleWallTime(now - self._last_plan_time))
         if decode_only and self._last_step_end is not None:
-            self.policy.observe_target_step(num_scheduled_tokens,
-                                            now - self._last_step_end, num_reqs)
+            self._add(TargetStepTiming(num_scheduled_tokens, now - self._last_step_end,
+                                       num_reqs))
         self._last_plan_time = now if self._measuring else None
         self._last_step_end = None
 
@@ -109,7 +136,7 @@ class StepTimer:
             return run()
         started = self.synchronized_clock()
         num_tokens = run()
-        self.policy.observe_catch_up_pass(num_tokens, self.synchronized_clock() - started)
+        self._add(CatchUpPassTiming(num_tokens, self.synchronized_clock() - started))
         return num_tokens
 
     def start_passes(self, first_pass_tokens: int, first_pass_is_prefill: bool) -> None:
@@ -134,9 +161,8 @@ class StepTimer:
             return
         now = self.synchronized_clock()
         if self._first_pass_is_prefill:
-            self.policy.observe_catch_up_pass(self._pass_tokens, now - self._pass_started)
+            self._add(CatchUpPassTiming(self._pass_tokens, now - self._pass_started))
             self._first_pass_is_prefill = False
         else:
-            self.policy.observe_draft_pass(self._pass_tokens, now - self._pass_started,
-                                           num_reqs)
+            self._add(DraftPassTiming(self._pass_tokens, now - self._pass_started, num_reqs))
         self._pass_started, self._pass_tokens = now, num_reqs

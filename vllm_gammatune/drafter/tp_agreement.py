@@ -3,8 +3,8 @@
 Each TP rank runs its own drafter, and the ranks' draft forwards are one
 collective computation: a rank that runs a draft pass more than another, or
 drafts other lengths, waits forever in its forward's all-reduce. The draft
-probabilities agree across ranks, but a policy that reads measured step costs
-(``times_steps``) plans from this process's clock, and its per-token stop
+probabilities agree across ranks, but a policy that plans from measured step
+costs (``CostObserver``) plans from this process's clock, and its per-token stop
 reads the rank's own cost fits; so rank 0's plan and per-token decisions are
 broadcast to the other ranks (one small broadcast each; nothing without
 tensor parallelism).

@@ -30,6 +30,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from vllm_gammatune.drafter.contract import plugin_drafter
+
 #: set on a ModelRunnerOutput (worker) and on the Scheduler (engine core)
 NO_DRAFT_TOKENS = "gammatune_no_draft_tokens"
 
@@ -39,8 +41,8 @@ def sample_tokens_tagging_skipped_drafts(original, runner, *args, **kwargs) -> A
     drafter skipped the draft model for every request."""
     from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT, ModelRunnerOutput
 
-    drafter = getattr(runner, "drafter", None)
-    if not hasattr(drafter, "skipped_this_step"):
+    drafter = plugin_drafter(runner)
+    if drafter is None:
         return original(runner, *args, **kwargs)
     drafter.skipped_this_step = False
     output = original(runner, *args, **kwargs)

@@ -15,15 +15,16 @@ Preempted requests are not in ``finished_req_ids``: they keep their records
 
 from __future__ import annotations
 
+from vllm_gammatune.drafter.contract import plugin_drafter
+
 
 def update_states_and_forget_finished(original, runner, scheduler_output, *args, **kwargs):
     """``GPUModelRunner._update_states`` that also drops finished requests' records."""
     result = original(runner, scheduler_output, *args, **kwargs)
     finished = scheduler_output.finished_req_ids
-    drafter = getattr(runner, "drafter", None)
-    forget_finished = getattr(drafter, "forget_finished", None)  # the plugin's drafter
-    if finished and forget_finished is not None:
+    drafter = plugin_drafter(runner)
+    if finished and drafter is not None:
         # A finished id may be live again (aborted and resubmitted under the
         # same id): the new request starts from the initial state.
-        forget_finished(set(runner.requests) - set(finished))
+        drafter.forget_finished(set(runner.requests) - set(finished))
     return result

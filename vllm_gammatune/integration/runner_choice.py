@@ -5,45 +5,36 @@ Model Runner V2 (``vllm.v1.worker.gpu.model_runner``) wherever Triton works,
 which is every CUDA machine, unless something in the config is on V2's list
 of unsupported features; the V1 runner (``vllm.v1.worker.gpu_model_runner``,
 which the CPU runner subclasses) otherwise. The plugin's drafter lives in the
-V1 runner only, so:
+V1 runner only, so (``docs/cuda.md``, "vLLM's two model runners"):
 
 - **vLLM's own mechanism picks V1 for a plugin method.** The plugin's method
   is named in V2's unsupported features
   (``VllmConfig._get_v2_model_runner_unsupported_features``), as vLLM names
-  ``custom_class`` or ``suffix``; vLLM then logs its usual "Model Runner V2
-  does not yet support speculative method 'gammatune' (vllm-gammatune); using
-  the V1 model runner instead" and builds V1, for that engine alone (the
-  decision reads the engine's own ``additional_config``, not a process-wide
-  setting). A plain ``draft_model`` config keeps V2.
-- **Forcing V2 is refused at config time**, in the front end, before any
-  engine process starts: ``VLLM_USE_V2_MODEL_RUNNER=1`` with a plugin method
-  as soon as the plugin reads the method (``refuse_forced_v2``); anything
-  else that makes vLLM choose V2 when it validates that choice
-  (``VllmConfig._validate_v2_model_runner``).
+  ``custom_class`` or ``suffix``; vLLM logs its usual line and builds V1
+  for that engine alone (it reads the engine's own ``additional_config``);
+  a plain ``draft_model`` config keeps V2.
+- **Forcing V2 is refused at config time**, in the front end:
+  ``VLLM_USE_V2_MODEL_RUNNER=1`` with a plugin method as soon as the plugin
+  reads the method (``refuse_forced_v2``); anything else that makes vLLM
+  choose V2 when it validates it (``VllmConfig._validate_v2_model_runner``).
 - **Each worker confirms what it built** (``confirm_plugin_drafter``), before
   the weights load: if the plugin's settings are present but the runner's
-  drafter is not the plugin's (another runner, a future vLLM change), the
-  engine fails at start; if it is, the worker logs a "vllm-gammatune active"
-  line and sets ``vllm:gammatune_info`` on ``/metrics``.
+  drafter is not the plugin's, the engine fails at start; if it is, the
+  worker logs a "vllm-gammatune active" line and sets
+  ``vllm:gammatune_info`` on ``/metrics``.
 
-Two parallel layouts are refused in the front end, before any engine process
-starts (``refuse_unsupported_parallelism``), because the drafter cannot serve
-them:
+Two parallel layouts the drafter cannot serve are refused in the front end,
+before any engine process starts (``refuse_unsupported_parallelism``; the
+reasons in vLLM's source: ``docs/cuda.md``, "Pipeline and data parallelism"):
 
 - **Pipeline parallelism** > 1: vLLM builds a drafter on the last pipeline
-  rank only (``GPUModelRunner.__init__``: ``get_pp_group().is_last_rank``),
-  and the plugin's drafter and its start-up check assume every worker drafts.
-- **Data parallelism** > 1 where the ranks run in lockstep: vLLM keeps an
-  engine's ``data_parallel_size`` above 1 only for a mixture-of-experts
-  target (``DPEngineCoreProc``; the ranks of a dense target are independent
-  engines, ``ParallelConfig.reconfigure_for_independent_dp_rank``), and then
-  its drafter calls ``coordinate_batch_across_dp``, a cross-rank all-reduce,
-  in every draft pass (``SpecDecodeBaseProposer._determine_batch_execution_and_padding``).
-  The plugin chooses each rank's number of draft passes from that rank's own
-  requests, so the ranks would wait for each other forever; vLLM turns its
-  own dynamic speculative decoding off under data parallelism for the same
-  reason (``VllmConfig._maybe_disable_dynamic_sd_for_data_parallel``). Each
-  worker checks the same condition on the config it was built with
+  rank only, and the plugin's drafter and its start-up check assume every
+  worker drafts.
+- **Data parallelism** > 1 in lockstep (a mixture-of-experts target):
+  vLLM's drafter all-reduces across the ranks in every draft pass, and the
+  plugin plans each rank's passes from that rank's own requests, so the
+  ranks would wait for each other forever. Each worker checks the same
+  condition on the config it was built with
   (``refuse_coordinated_data_parallel``), so a path that bypasses the front
   end fails at start too.
 """

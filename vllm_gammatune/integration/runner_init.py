@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 
+from vllm_gammatune.drafter.contract import plugin_drafter
 from vllm_gammatune.methods.settings import settings_from_additional_config
 
 #: per drafter (``methods.drafters``): the module whose class the runner
@@ -57,7 +58,7 @@ def init_with_adaptive_drafter(original_init, runner, vllm_config, *args, **kwar
         return original_init(runner, vllm_config, *args, **kwargs)
     with _drafter_class(settings.drafter, plugin_drafter_class(settings.drafter)):
         result = original_init(runner, vllm_config, *args, **kwargs)
-    attach_runner = getattr(getattr(runner, "drafter", None), "attach_runner", None)
-    if attach_runner is not None:  # the n-gram drafter is built without it
-        attach_runner(runner)
+    drafter = plugin_drafter(runner)
+    if drafter is not None:  # vLLM builds the n-gram drafter without the runner
+        drafter.attach_runner(runner)
     return result

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextvars
 from dataclasses import dataclass
 
+from vllm_gammatune.drafter.contract import plugin_drafter
 from vllm_gammatune.verify.adasd_verifier import AdaSDVerifier
 
 
@@ -60,23 +61,21 @@ def sample_step(original_sample, runner, logits, spec_decode_metadata):
       generators, and vLLM's bookkeeping already treats a one-column output
       as "no spec decode tokens". Only for the plugin's drafters, so vLLM's
       own ``draft_model`` baseline runs unchanged.
-    - The n-gram drafter, which vLLM does not tell what was verified, is
-      handed each request's number of draft tokens being verified
-      (``note_verification``).
+    - The drafter is handed each request's number of draft tokens being
+      verified (``note_sampling``: vLLM does not tell the n-gram drafter).
     - AdaSD: the step's req_ids are handed to its verification
       (``STEP_BEING_VERIFIED``), and, for a verification on the device,
       which requests sample greedily (host data: it reads no tensor).
     """
-    drafter = getattr(runner, "drafter", None)
-    if (spec_decode_metadata is not None
-            and getattr(drafter, "samples_draftless_steps_plainly", False)
-            and spec_decode_metadata.max_spec_len == 0):
-        return original_sample(runner, logits, None)
-    note_verification = getattr(drafter, "note_verification", None)
-    if note_verification is not None and spec_decode_metadata is not None:
-        # host data (a list); the n-gram drafter learns from it next step
-        note_verification(list(spec_decode_metadata.num_draft_tokens))
-    verifier = getattr(drafter, "adasd_verifier", None)
+    drafter = plugin_drafter(runner)
+    if drafter is None:
+        return original_sample(runner, logits, spec_decode_metadata)
+    if spec_decode_metadata is not None:
+        if spec_decode_metadata.max_spec_len == 0:
+            return original_sample(runner, logits, None)
+        # host data (a list); the drafter learns from it next step
+        drafter.note_sampling(list(spec_decode_metadata.num_draft_tokens))
+    verifier = drafter.adasd_verifier
     if verifier is None:
         return original_sample(runner, logits, spec_decode_metadata)
     req_ids = list(runner.input_batch.req_ids)

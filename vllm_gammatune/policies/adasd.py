@@ -1,7 +1,7 @@
 """AdaSD (Adaptive Speculative Decoding), the engine-independent half.
 
 AdaSD (Section 4, Algorithm 1 in Appendix A) keeps two thresholds per
-generation and updates both from what the target model did:
+generation, learnt from what the target model did:
 
 - Generation threshold (Section 4.3, Algorithm 1 lines 2-7 and 18): drafting
   stops *after* the first draft token whose entropy H(q_i) exceeds ``T_G``
@@ -15,66 +15,25 @@ generation and updates both from what the target model did:
   / 2``, the midpoint of the mean distances of accepted and rejected tokens
   (line 19; the paper's example: 0.15 and 0.49 give 0.32).
 
-The three lists of Algorithm 1 (L_E^R, L_D^A, L_D^R) are kept as running sums
-and counts, so a request's state has a fixed size however long it runs.
-L_E^R and L_D^R are appended together (lines 12-13), so one count serves
-both. Accepted distances include mismatching tokens that the relaxation let
-through: line 16 records every token that passed line 11. The token the
-target samples after the accepted prefix (line 9's y_{w+1}) is not recorded.
-As in Algorithm 1, whose lists are initialised per call (per context X), the
-state is per request.
+L_E^R, L_D^A, L_D^R are running sums and counts, per request (Algorithm 1's
+are per context X); L_E^R and L_D^R share a count (lines 12-13); line 16
+records every token that passed line 11; line 9's y_{w+1} is not recorded.
+Cold start: ``[null]`` reads as "no observation yet", so a threshold whose
+mean does not exist keeps its initial 0 (``T_G`` until the first rejection,
+``T_V`` until an accepted and a rejected distance exist: exact). A mismatch
+is accepted when ``d_JS < T_V`` (strict, as Section 4.4's prose; line 11
+would accept at equality). Why: ``docs/adasd.md``, "Thresholds, per request".
 
-Cold start. Algorithm 1 initialises ``T_G = T_V = 0`` and every list to
-``[null]``. We read ``null`` as "no observation yet": an average over a list
-that holds no real entry does not exist, and a threshold whose formula needs
-such an average keeps its initial value 0. Hence:
+Ablations (Section 5.2-5.3), ``mode``: ``"both"`` (AdaSD), ``"generation"``
+(Gen-Only: ``verification_threshold`` 0, exact), ``"verification"``
+(Verify-Only: min(5, W) tokens, ``generation_threshold`` +inf); every mode
+records the same statistics, so means compare across modes.
 
-- ``T_G = 0`` until the first rejection, so every draft stops after its first
-  token of positive entropy (drafts of length 1) until the target has
-  rejected something;
-- ``T_V = 0`` until at least one accepted *and* one rejected distance exist.
-  With the strict test ``d_JS < T_V`` and ``d_JS >= 0``, ``T_V = 0`` relaxes
-  nothing: verification is exact until both sides of the midpoint are known.
-
-Why not "an empty average counts as 0"? For ``T_G`` both readings agree. For
-``T_V`` that reading gives ``T_V = mean_accepted / 2 > 0`` before any
-rejection (relaxing verification before the target has shown what a
-rejected token looks like), and ``T_V = d_rejected / 2`` after a first-token
-rejection with nothing accepted yet (a midpoint with one end invented at 0).
-Section 4.4 defines ``T_V`` as the midpoint between the two means, which needs
-both; the initial ``T_V = 0`` is exact verification, the conservative state
-the initialisation evidently intends. (Reading ``null`` as NaN, which
-propagates, is worse: NaN comparisons are false, so line 6 would never stop
-and line 11 would never reject.)
-
-Strictness. Line 6 stops when ``T_G < H(q_i)`` (strict), as Section 4.3's
-"exceeds". Line 11 rejects a mismatch when ``T_V < d_JS``, i.e. it would
-accept at ``d_JS == T_V``, whereas Section 4.4 says the token is accepted "if
-the computed distance is smaller than the threshold". We follow the prose
-(strict ``<``): the two differ only at exact equality, and only the strict
-test keeps ``T_V = 0`` exact (a mismatch at distance exactly 0 is not
-accepted).
-
-Ablations (Section 5.2-5.3), chosen with ``mode``:
-
-- ``"both"``: AdaSD. Plans W tokens; the entropy stop may end a draft early.
-- ``"generation"`` (Gen-Only): the generation threshold only; verification is
-  exact (``verification_threshold`` is 0, which relaxes nothing).
-- ``"verification"`` (Verify-Only): a fixed draft of five tokens ("consistent
-  with the Vanilla setting"), min(5, W) here, no entropy stop
-  (``generation_threshold`` is +inf), and the verification threshold.
-
-Every mode records the same statistics, so a state's means are comparable
-across modes.
-
-Interface. AdaSD learns from entropies and distances, not from the token
-counts of ``DraftLengthPolicy.observe``: it declares ``learns_per_token``,
-so its update is ``observe_verification(state, accepted_distances,
-rejected)``, called at the rejection sampler, and the count-based ``observe``
-is never called for it. Its entropy stop is the base class's per-token stop
-(``stop_measure`` "entropy", ``stop_threshold`` = T_G), applied by the
-drafter token by token; its relaxation is ``relaxes_verification`` and
-``accepts_mismatch``, applied by the rejection sampler. ``draft_length`` and
+Interface: a ``ThresholdStop`` (``stop_measure`` "entropy",
+``stop_threshold`` T_G; the drafter applies it token by token) and a
+``RelaxedVerifier`` (``relaxes_verification``, ``accepts_mismatch``; the
+rejection sampler applies them); ``observe`` learns from a verification's
+per-token ``verdicts`` (``observe_verification``). ``draft_length`` and
 ``count_accepted`` are the pure reference of both loops.
 """
 
@@ -85,6 +44,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from vllm_gammatune.policies.base import BatchView, DraftLengthPolicy
+from vllm_gammatune.policies.contracts import (
+    STOP_ON_ENTROPY,
+    RelaxedVerifier,
+    ThresholdStop,
+)
+from vllm_gammatune.policies.observation import Verification
 
 MODE_BOTH = "both"
 MODE_GENERATION = "generation"
@@ -135,11 +100,13 @@ class AdaSDState:
         return self.rejected_entropy_sum / self.num_rejected
 
 
-class AdaSDPolicy(DraftLengthPolicy):
+class AdaSDPolicy(DraftLengthPolicy, ThresholdStop, RelaxedVerifier):
     """Algorithm 1 of the AdaSD paper, one state per request.
 
-    Learns at the rejection sampler (``observe_verification``): the draft's
-    entropies and the distances to the target are what it learns from.
+    Verified token by token at the rejection sampler (``RelaxedVerifier``;
+    ``verify.adasd_verifier``): each verification's ``verdicts`` (the
+    draft's entropies and the distances to the target) are what it learns
+    from (``observe_verification``).
 
     Args:
         max_num_draft_tokens: the cap (vLLM's num_speculative_tokens).
@@ -148,8 +115,6 @@ class AdaSDPolicy(DraftLengthPolicy):
         mode: one of ``ADASD_MODES``: "both" (AdaSD), "generation" (Gen-Only)
             or "verification" (Verify-Only).
     """
-
-    learns_per_token = True
 
     def __init__(self, max_num_draft_tokens: int, window: int, mode: str):
         super().__init__(max_num_draft_tokens)
@@ -175,7 +140,7 @@ class AdaSDPolicy(DraftLengthPolicy):
         #: whether drafting stops on entropy (line 6): False in Verify-Only
         self.stops_on_entropy = mode != MODE_VERIFICATION
         #: whether mismatches may be accepted (line 11): False in Gen-Only
-        self.relaxes_verification = mode != MODE_GENERATION
+        self._relaxes = mode != MODE_GENERATION
         if mode == MODE_VERIFICATION:
             self._planned = min(VERIFY_ONLY_NUM_DRAFT_TOKENS, window)
         else:
@@ -206,7 +171,7 @@ class AdaSDPolicy(DraftLengthPolicy):
         always 0 in Gen-Only: under the strict test ``d_JS < T_V``, 0 relaxes
         nothing.
         """
-        if not self.relaxes_verification:
+        if not self._relaxes:
             return 0.0
         accepted = state.mean_accepted_distance
         rejected = state.mean_rejected_distance
@@ -219,7 +184,7 @@ class AdaSDPolicy(DraftLengthPolicy):
     def stop_measure(self) -> str | None:
         """"entropy" (the draft stops after a token with H(q_i) > T_G); None
         in Verify-Only, which drafts a fixed length."""
-        return "entropy" if self.stops_on_entropy else None
+        return STOP_ON_ENTROPY if self.stops_on_entropy else None
 
     def stop_threshold(self, state: AdaSDState) -> float:
         """T_G of this request (``generation_threshold``)."""
@@ -273,7 +238,20 @@ class AdaSDPolicy(DraftLengthPolicy):
                 return i
         return len(matches)
 
+    @property
+    def relaxes_verification(self) -> bool:
+        """Line 11 is on: False in Gen-Only, whose verification is vLLM's."""
+        return self._relaxes
+
     # -- update (lines 12-16, then 18-19) ------------------------------------
+    def observe(self, state: AdaSDState, verification: Verification) -> AdaSDState:
+        """One verification, token by token (``Verification.verdicts``)."""
+        verdicts = verification.verdicts
+        if verdicts is None:  # verified exactly, without what was kept: nothing learned
+            return state
+        return self.observe_verification(state, verdicts.accepted_distances,
+                                         verdicts.rejected)
+
     def observe_verification(
         self,
         state: AdaSDState,

@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vllm_gammatune.policies.base import BatchView, DraftLengthPolicy
+from vllm_gammatune.policies.contracts import ConfidenceStop
+from vllm_gammatune.policies.observation import Verification
 
 
 @dataclass
@@ -21,7 +23,7 @@ class LengthState:
     num_draft_tokens: int
 
 
-class FixedDraftPolicy(DraftLengthPolicy):
+class FixedDraftPolicy(DraftLengthPolicy, ConfidenceStop):
     """Always drafts ``num_draft_tokens`` (optionally with a confidence stop)."""
 
     def __init__(
@@ -39,10 +41,6 @@ class FixedDraftPolicy(DraftLengthPolicy):
 
     def next_num_draft_tokens(self, state: LengthState, batch: BatchView) -> int:
         return state.num_draft_tokens
-
-    def observe(self, state, num_draft_tokens, num_accepted_tokens, batch):
-        self._check_observation(num_draft_tokens, num_accepted_tokens)
-        return state
 
 
 class AssistantThresholdPolicy(FixedDraftPolicy):
@@ -70,8 +68,7 @@ class HFHeuristicPolicy(DraftLengthPolicy):
     def next_num_draft_tokens(self, state: LengthState, batch: BatchView) -> int:
         return state.num_draft_tokens
 
-    def observe(self, state, num_draft_tokens, num_accepted_tokens, batch):
-        self._check_observation(num_draft_tokens, num_accepted_tokens)
-        if num_accepted_tokens == num_draft_tokens:
+    def observe(self, state: LengthState, verification: Verification) -> LengthState:
+        if verification.num_accepted_tokens == verification.num_draft_tokens:
             return LengthState(self._clamp(state.num_draft_tokens + self.INCREASE))
         return LengthState(self._clamp(state.num_draft_tokens - self.DECREASE))

@@ -30,6 +30,8 @@ import math
 from dataclasses import dataclass
 
 from vllm_gammatune.policies.base import BatchView, DraftLengthPolicy
+from vllm_gammatune.policies.contracts import ConfidenceStop
+from vllm_gammatune.policies.observation import Verification
 
 # ceil() of an average that is an integer up to float rounding must not jump
 # to the next integer (e.g. 0.5 * 4 + 0.5 * 6 evaluated as 5.000000000000001).
@@ -44,7 +46,7 @@ class GammaTuneState:
     gamma: int
 
 
-class GammaTunePolicy(DraftLengthPolicy):
+class GammaTunePolicy(DraftLengthPolicy, ConfidenceStop):
     """Algorithm 1 of the GammaTune paper, one state per request.
 
     Args:
@@ -78,14 +80,9 @@ class GammaTunePolicy(DraftLengthPolicy):
     def next_num_draft_tokens(self, state: GammaTuneState, batch: BatchView) -> int:
         return self._clamp(state.gamma)
 
-    def observe(
-        self,
-        state: GammaTuneState,
-        num_draft_tokens: int,
-        num_accepted_tokens: int,
-        batch: BatchView,
-    ) -> GammaTuneState:
-        self._check_observation(num_draft_tokens, num_accepted_tokens)
+    def observe(self, state: GammaTuneState, verification: Verification) -> GammaTuneState:
+        num_draft_tokens = verification.num_draft_tokens
+        num_accepted_tokens = verification.num_accepted_tokens
         observed = num_accepted_tokens
         if num_accepted_tokens == num_draft_tokens:  # lines 1-3, eq. 7
             observed = num_accepted_tokens + self.delta

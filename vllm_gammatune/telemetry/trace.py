@@ -32,13 +32,13 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import json
-import os
 import threading
 import time
 
 from vllm.logger import init_logger
 
-ENV_VAR = "VLLM_GAMMATUNE_TRACE"
+import vllm_gammatune.envs as envs
+
 FLUSH_EVERY = 512
 FLUSH_SECONDS = 0.5
 
@@ -122,7 +122,7 @@ def writer() -> TraceWriter | None:
     global _writer, _resolved
     if not _resolved:
         _resolved = True
-        path = os.environ.get(ENV_VAR)
+        path = envs.trace_path()
         if path:
             _writer = TraceWriter(path)
             atexit.register(_writer.flush)

@@ -2,51 +2,41 @@
 
 LOSSY: with relaxation on, a draft token that differs from the target's may be
 accepted, so outputs may differ from the target alone. Only the ``adasd``
-method turns this on. The verifier serves a policy that ``learns_per_token``
-(``policies.base``) through its hooks: ``relaxes_verification``,
-``accepts_mismatch``, ``verification_threshold``, ``stop_threshold`` and
-``observe_verification``.
+method turns this on. The verifier serves a ``RelaxedVerifier``
+(``policies.contracts``: ``relaxes_verification``, ``accepts_mismatch``,
+``verification_threshold``) whose entropy stop is a ``ThresholdStop``
+(T_G); what each verification teaches goes back to the policy as a
+``Verification`` with its ``verdicts``, in the next step's observation.
 
 Per request of the step (AdaSD paper, Algorithm 1 lines 8-19):
 
 - p_i: the target's distribution at draft position i, exactly what vLLM
-  samples from (``target_logits`` after logits processors, temperature,
-  top-k and top-p; plain softmax for greedy requests). q_i: the draft's
-  distribution at the request's temperature, as the drafter kept it
-  (``KeptDraft``: ``drafter.draft_distribution``, or vLLM's own draft probs
-  with ``draft_sample_method="probabilistic"``). Both are the distributions
-  the two models actually draw from, so the JS distance measures the
-  disagreement that matters for the tokens emitted.
+  samples from; q_i: the draft's at the request's temperature, as kept
+  (``KeptDraft``; which and why: ``docs/adasd.md``, "Which p and q").
 - y_i: the target's token at position i: argmax p_i (greedy) or a sample of
   p_i (line 9, with the request's seeded generator when it has one).
 - Walk i = 1..w: x_i == y_i accepts; otherwise x_i is still accepted when
   d_JS(p_i, q_i) < T_V (line 11, strict); the first token failing both ends
   acceptance and y_i is emitted there (lines 14-17). When every token is
   accepted, vLLM's bonus token (sampled from p_{w+1}) follows.
-- The state is then updated (lines 12-16, 18-19): accepted distances, and
-  the rejected token's entropy and distance.
+- What the state learns (lines 12-16, 18-19: accepted distances, and the
+  rejected token's entropy and distance) is kept as the request's
+  ``Verification`` (``take_verifications``) until the drafter's next
+  observation hands it to the policy, before its next plan.
 
 Gen-Only (``adasd_mode="generation"``) keeps vLLM's lossless rejection
 sampling and only learns T_G from the entropy of the first rejected token.
 
-On the CUDA hot path (``on_device``) the walk above reads every token on
-the host, before the step's draft passes are launched; there the same lines
-run as tensor operations (``device_verification``), the output is the same,
-and what the state learns from stays on the device until the drafter reads
-it with the step's drafts (``unread_results``) and hands it back (``learn``).
-A request's state thus learns after the step's drafting, which used the
-state before this verification: T_G lags by one verification; T_V, used at
-the next verification, does not.
+On the CUDA hot path (``on_device``) the same lines run as tensor operations
+(``device_verification``), with the same output and no read on the host;
+what the state learns from stays on the device until the drafter reads it
+with the step's drafts (``unread_results``, ``read_verifications``). The
+policy learns it in the observation before the plan after that: T_G and
+T_V lag by one verification more than on the host path.
 
-The verifier does not know the drafter: it is given the policy, the drafter's
-per-request records as ``VerificationRecords`` (what was kept of each draft,
-each request's policy state, and where a verified draft's learned state goes)
-and a ``VerificationCounters`` sink for the metrics. The step's ``req_ids``
-come with each call (``integration.sampling`` hands them over).
-
-The output has vLLM's shape ([num_reqs, max_spec_len + 1], -1 after the last
-emitted token), so vLLM's scheduler counts accepted tokens, rolls back the KV
-cache of what was not accepted, and reports its spec-decode metrics as usual.
+The verifier does not know the drafter (``VerificationRecords``); the step's
+``req_ids`` come with each call (``integration.sampling``); the output has
+vLLM's shape, [num_reqs, max_spec_len + 1], -1 after the last emitted token.
 """
 
 from __future__ import annotations
@@ -60,7 +50,7 @@ import torch
 
 from vllm.logger import init_logger
 from vllm.utils.torch_utils import async_tensor_h2d
-from vllm_gammatune.policies import DraftLengthPolicy
+from vllm_gammatune.policies import AdaSDPolicy, TokenVerdicts, Verification
 from vllm_gammatune.verify.device_verification import (
     ACCEPTED, NUM_FIXED_COLUMNS, PLACEHOLDER_TOKEN_ID, REJECTED, REJECTED_DISTANCE,
     REJECTED_ENTROPY, RELAXED, accepted_counts, emitted_tokens, relaxed_acceptance,
@@ -78,6 +68,8 @@ class UnreadVerification:
 
     #: (row, req_id) of each request that learns from it, in batch order
     learners: list[tuple[int, str]]
+    #: [num_reqs] the draft tokens each request had verified
+    num_draft_tokens: list[int]
     #: T_G and T_V in force for each learner (the metrics)
     thresholds_g: list[float]
     thresholds_v: list[float]
@@ -94,13 +86,8 @@ class VerificationRecords(Protocol):
     def policy_state(self, req_id: str) -> Any:
         """The request's policy state (the initial one if it has none yet)."""
 
-    def close_verification(self, req_id: str, learned_state: Any | None) -> None:
-        """The request's draft is verified: its kept draft goes; the state
-        learned from the verification (None: nothing learned) replaces its own."""
-
-    def set_policy_state(self, req_id: str, state: Any) -> None:
-        """The state learned from a verification read after the step's draft
-        passes (the CUDA hot path) replaces the request's own."""
+    def close_verification(self, req_id: str) -> None:
+        """The request's draft is verified: its kept draft goes."""
 
     def __contains__(self, req_id: str) -> bool:
         """Whether the request still has a record (it has not left)."""
@@ -118,24 +105,33 @@ class AdaSDVerifier:
     """Applies Algorithm 1's verification for one drafter (one worker).
 
     Args:
-        policy: a policy that ``learns_per_token``.
+        policy: AdaSD's policy.
         records: the drafter's per-request records.
         counters: the metrics sink, or None (not the rank-0 worker, or no
             metrics file).
-        on_device: verify with tensor operations and learn after the step's
-            one read (the CUDA hot path, ``device_verification``); off, on
-            the host, learning at once.
+        on_device: verify with tensor operations, whose results the step's
+            one read brings to the host (the CUDA hot path,
+            ``device_verification``); off, on the host.
     """
 
-    def __init__(self, policy: DraftLengthPolicy, records: VerificationRecords,
+    def __init__(self, policy: AdaSDPolicy, records: VerificationRecords,
                  counters: VerificationCounters | None, on_device: bool = False):
-        assert policy.learns_per_token
         self.policy = policy
         self.records = records
         self.counters = counters
         self.on_device = on_device
         #: device verifications whose results the drafter has not read yet
         self._unread: list[UnreadVerification] = []
+        #: host verifications not handed to the policy yet: (req_id,
+        #: num_reqs, num_draft_tokens, verdicts)
+        self._verified: list[tuple[str, int, int, TokenVerdicts]] = []
+
+    def take_verifications(self, step: int) -> list[Verification]:
+        """The host verifications since the last call, of drafts planned at
+        ``step``, for the drafter's observation."""
+        verified, self._verified = self._verified, []
+        return [_verification(req_id, step, num_reqs, n, verdicts)
+                for req_id, num_reqs, n, verdicts in verified]
 
     def rejection_sample(
         self,
@@ -189,7 +185,7 @@ class AdaSDVerifier:
         result) and teaches nothing."""
         logger.warning_once("vllm-gammatune: AdaSD verification without "
                             "draft distributions; exact verification used")
-        self.records.close_verification(req_id, None)
+        self.records.close_verification(req_id)
 
     def _thresholds(self, state) -> tuple[float, float]:
         """(T_G, T_V) of a request's state; T_G is +inf without an entropy
@@ -234,8 +230,7 @@ class AdaSDVerifier:
                 rejected = None
                 if accepted < n:
                     rejected = (float(entropies[accepted]), 0.0)
-                records.close_verification(req_id, policy.observe_verification(
-                    state, [0.0] * accepted, rejected))
+                self._close(req_id, len(req_ids), n, [0.0] * accepted, rejected)
                 continue
             q = kept.distributions[:n].float()  # [n, vocab]
             # [n, vocab]
@@ -255,11 +250,19 @@ class AdaSDVerifier:
                 break
             else:
                 output[r, n] = bonus[r]
-            records.close_verification(req_id, policy.observe_verification(
-                state, accepted_distances, rejected))
+            self._close(req_id, len(req_ids), n, accepted_distances, rejected)
         if self.counters is not None:
             self.counters.record_verification(relaxed_total, thresholds_g, thresholds_v)
         return output
+
+    def _close(self, req_id: str, num_reqs: int, num_draft_tokens: int,
+               accepted_distances: Sequence[float],
+               rejected: tuple[float, float] | None) -> None:
+        """The request's draft is verified: what it teaches waits for the
+        drafter's next observation."""
+        self.records.close_verification(req_id)
+        self._verified.append((req_id, num_reqs, num_draft_tokens,
+                               TokenVerdicts(tuple(accepted_distances), rejected)))
 
     @staticmethod
     def _target_tokens(p: torch.Tensor, r: int, sampling_metadata) -> list[int]:
@@ -294,8 +297,9 @@ class AdaSDVerifier:
             threshold_g, threshold_v = self._thresholds(records.policy_state(req_id))
             thresholds_g.append(threshold_g)
             thresholds_v.append(threshold_v)
-            # the kept draft goes now; the state learns after the read (``learn``)
-            records.close_verification(req_id, None)
+            # the kept draft goes now; the state learns after the read
+            # (``read_verifications``)
+            records.close_verification(req_id)
         device = target_logits.device
         tokens = verified_tokens(num_draft_tokens, [r for r, _ in learners], max_spec_len,
                                  device)
@@ -324,7 +328,7 @@ class AdaSDVerifier:
             num_relaxed = torch.zeros_like(num_accepted)
         if learners:
             self._unread.append(UnreadVerification(
-                learners, thresholds_g, thresholds_v,
+                learners, list(num_draft_tokens), thresholds_g, thresholds_v,
                 verification_results(tokens, num_accepted, entropies, distances,
                                      num_relaxed)))
         return output
@@ -334,13 +338,16 @@ class AdaSDVerifier:
         oldest first: the drafter reads them with the step's drafts."""
         return [unread.results for unread in self._unread]
 
-    def learn(self, read: Sequence[list[list[float]]]) -> None:
-        """Lines 12-16 and 18-19 from the host values of ``unread_results``
-        (same order): each request's state learns, one plan after its
-        verification; a request that has left learns nothing."""
+    def read_verifications(self, read: Sequence[list[list[float]]],
+                           step: int) -> list[Verification]:
+        """Lines 12-16 from the host values of ``unread_results`` (in the
+        same order), of drafts planned at ``step``: each learner's
+        ``Verification``, for the drafter's observation; a request that has
+        left learns nothing."""
         unread, self._unread = self._unread, []
         if len(read) != len(unread):
             raise ValueError(f"{len(read)} read results for {len(unread)} verifications")
+        verifications = []
         for verification, rows in zip(unread, read):
             num_relaxed = 0
             for r, req_id in verification.learners:
@@ -351,12 +358,21 @@ class AdaSDVerifier:
                 accepted = int(row[ACCEPTED])
                 rejected = ((row[REJECTED_ENTROPY], row[REJECTED_DISTANCE])
                             if row[REJECTED] else None)
-                self.records.set_policy_state(req_id, self.policy.observe_verification(
-                    self.records.policy_state(req_id),
-                    row[NUM_FIXED_COLUMNS:NUM_FIXED_COLUMNS + accepted], rejected))
+                verdicts = TokenVerdicts(
+                    tuple(row[NUM_FIXED_COLUMNS:NUM_FIXED_COLUMNS + accepted]), rejected)
+                verifications.append(_verification(req_id, step, len(rows),
+                                                   verification.num_draft_tokens[r],
+                                                   verdicts))
             if self.counters is not None:
                 self.counters.record_verification(num_relaxed, verification.thresholds_g,
                                                   verification.thresholds_v)
+        return verifications
+
+
+def _verification(req_id: str, step: int, num_reqs: int, num_draft_tokens: int,
+                  verdicts: TokenVerdicts) -> Verification:
+    return Verification(req_id, step, num_draft_tokens, len(verdicts.accepted_distances),
+                        num_reqs=num_reqs, verdicts=verdicts)
 
 
 def _joined(parts: list[torch.Tensor], empty: torch.Tensor) -> torch.Tensor:

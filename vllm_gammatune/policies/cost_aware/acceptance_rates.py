@@ -14,11 +14,7 @@ accepted prefix and the target's own token after it.
 
 from __future__ import annotations
 
-from vllm_gammatune.policies.cost_aware.request_state import CostAwareState, SourceCounts
-
-#: what carries a request's decayed counts: its state (the draft model's)
-#: or one source's counts (``SourceCounts``)
-Counts = CostAwareState | SourceCounts
+from vllm_gammatune.policies.cost_aware.request_state import SourceCounts
 
 #: Acceptance rates are kept inside this interval (a = 1 would make E infinite).
 MIN_RATE, MAX_RATE = 0.01, 0.99
@@ -45,17 +41,17 @@ class AcceptanceRates:
         self._accepted = 1.0
         self._rejections = 1.0
 
-    def rate(self, state: Counts) -> float:
+    def rate(self, state: SourceCounts) -> float:
         prior = self._accepted / (self._accepted + self._rejections)
         w = self.prior_weight
         rate = (state.accepted + w * prior) / (state.accepted + state.rejections + w)
         return min(MAX_RATE, max(MIN_RATE, rate))
 
-    def rates(self, states: list[Counts]) -> list[float]:
+    def rates(self, states: list[SourceCounts]) -> list[float]:
         """[num_reqs] each request's rate."""
         return [self.rate(s) for s in states]
 
-    def observe(self, state: Counts, num_draft_tokens: int,
+    def observe(self, state: SourceCounts, num_draft_tokens: int,
                 num_accepted_tokens: int) -> None:
         """One verification of the request: update its counts and the engine's."""
         rejected = 1.0 if num_accepted_tokens < num_draft_tokens else 0.0

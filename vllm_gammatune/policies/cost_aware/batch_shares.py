@@ -1,10 +1,10 @@
 """Decayed shares kept apart per batch size.
 
-Whether a request drafts depends on the batch it runs in: on the 2-core CPU
-drafting pays at batch 1 with a wide margin and at batch 8 with a thin one.
+Whether a request drafts depends on the batch it runs in: drafting may pay
+with a wide margin at batch 1 and with a thin one, or not at all, at batch 8.
 A share learnt while the server was quiet says little about a busy batch, so
 the shares the policy weighs its catch-ups and prompt chunks by
-(``planner.catch_up_share``, ``prompt_chunks``) are kept per batch size, as
+(``catch_ups``, ``prompt_chunks``) are kept per batch size, as
 the clock's check keeps its sums (``cycle_check``). Pure Python.
 """
 
@@ -25,9 +25,9 @@ class BatchShares:
         #: batch size -> share
         self._shares: dict[int, float] = {}
 
-    def at(self, batch_size: int) -> float:
-        return self._shares.get(batch_size, self.initial)
+    def at(self, num_reqs: int) -> float:
+        return self._shares.get(num_reqs, self.initial)
 
-    def add(self, batch_size: int, sample: float) -> None:
+    def add(self, num_reqs: int, sample: float) -> None:
         m = self.memory
-        self._shares[batch_size] = m * self.at(batch_size) + (1.0 - m) * sample
+        self._shares[num_reqs] = m * self.at(num_reqs) + (1.0 - m) * sample

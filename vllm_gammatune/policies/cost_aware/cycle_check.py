@@ -1,12 +1,10 @@
 """The cost-aware policy's check of its own predictions against the clock.
 
-The cost-aware policy predicts, for the plan it chooses, how many tokens the
-step will emit and how long it will take (``planner``).
-Its linear costs and geometric acceptance are models with errors of a few
-percent, which is as large as what drafting gains where the batch makes it
-marginal, so the models may flatter drafting there. This module measures
-every *cycle* (the draft work planned at one step, the target step that verifies it, and the
-tokens that step emits) and compares it with the prediction:
+The policy predicts, for the plan it chooses, the tokens the step will emit
+and its seconds (``planner``); its models' errors are as large as what
+drafting gains where the batch makes it marginal. This module measures every
+*cycle* (the draft work planned at one step, the target step that verifies
+it, the tokens that step emits) and compares it with the prediction:
 
     efficiency(kind) = (realized tokens / realized seconds)
                        / (predicted tokens / predicted seconds)
@@ -17,41 +15,28 @@ efficiency(drafted) / efficiency(skipped): how much better (> 1) or worse
 (< 1) drafting does than the model says, relative to the model's error on
 plain decode steps. The policy multiplies a drafted plan's predicted tokens
 per second by it before comparing with not drafting, so a model that
-flatters drafting on this machine is corrected by measurement, with nothing
-to tune.
+flatters drafting is corrected by measurement, with nothing to tune.
 
-The prediction is of what ran. Where the per-token stop
-(``token_stop``) drafts another length than the plan's, the
-policy revises the prediction to the passes run (``on_draft_passes_run``),
-the lengths drafted and the rule's own estimate of the tokens they yield (the
-survivals of the tokens kept), and counts that estimate as the draft's
-accepted tokens too: the rule's token model is calibrated against
-verification on its own (``token_acceptance``), and what is left to check
-here is the clock against the costs, without the noise of acceptance (a
-drafted cycle emits 1 to 17 tokens where its expectation is 3). Compared
-with the plan's prediction instead, a cycle would count the rule's choices
-as the model's error (it cuts drafts where the draft is unsure, so those
-cycles yield fewer tokens than the plan's average acceptance says), and
-with realized tokens the scale wanders by 10-20% over its window of about
-20 cycles; a low scale stops the drafting that would correct it. On a
-simulated batch-1 clock that charges exactly the model's costs, with draft
-probabilities that are the true acceptance, that check ran at 0.71x of the
-model alone (8.96 against 12.6 tok/s, mean of 6 runs; 0.59x in the worst);
-this one at 1.03x.
+The prediction is of what ran. Where the per-token stop (``token_stop``)
+drafts another length than the plan's, the policy revises the prediction to
+the passes run (``on_draft_passes_run``), the lengths drafted and the rule's
+own estimate of the tokens they yield (the survivals of the tokens kept),
+and counts that estimate as the draft's accepted tokens too: the rule's
+token model is calibrated against verification on its own
+(``token_acceptance``), so what is left to check here is the clock against
+the costs, without the noise of acceptance.
 
 A cycle's seconds are the wall time from its plan to the next plan when the
-proposer reports it (``on_wall_time``): everything the engine did in between,
-including the draft model's input preparation and vLLM's work around the
-draft passes that no pass timer sees; otherwise the sum of its timed parts.
-
-A cycle counts only when it was measured whole: its target step was timed
-at the same batch size (no request joined or left, no prefill chunk in the
-step), every draft pass it planned was timed, and it took at most
-``OUTLIER_FACTOR`` times its prediction (not an idle gap), not counting its
-catch-up passes: they are timed around the forward alone and hold no gap, and
-a cycle whose catch-up cost far more than predicted is the very evidence the
-check is for (left out, such a probe would be charged to the probe budget at
-its prediction instead of its measured cost). Pure Python.
+proposer reports it (``on_wall_time``), so vLLM's work around the draft
+passes that no pass timer sees is charged too; otherwise the sum of its
+timed parts. A cycle counts only when measured whole: its target step timed
+at the same batch size (no request joined or left, no prefill chunk), every
+planned draft pass timed, and at most ``OUTLIER_FACTOR`` times its
+prediction (not an idle gap), its catch-up passes not counted (timed around
+the forward alone, they hold no gap, and a catch-up far dearer than
+predicted is evidence). Pure Python. Why it checks what ran rather than the
+plan, and what the other choice cost: ``docs/cost-aware.md``, "The model
+checked against the clock".
 """
 
 from __future__ import annotations
@@ -91,7 +76,7 @@ class MeasuredCycle:
 
 @dataclass
 class _OpenCycle:
-    batch_size: int
+    num_reqs: int
     num_draft_passes: int
     predicted_tokens: float
     predicted_seconds: float
@@ -100,7 +85,7 @@ class _OpenCycle:
     catch_up_seconds: float = 0.0
     draft_passes_timed: int = 0
     accepted_tokens: float = 0.0
-    target_batch_size: int | None = None
+    target_num_reqs: int | None = None
     #: wall time from this plan to the next, when reported
     wall_seconds: float | None = None
 
@@ -131,11 +116,11 @@ class CycleCheck:
         self.last_seconds: float | None = None
 
     # -- one cycle ----------------------------------------------------------
-    def open(self, batch_size: int, num_draft_passes: int, predicted_tokens: float,
+    def open(self, num_reqs: int, num_draft_passes: int, predicted_tokens: float,
              predicted_seconds: float) -> None:
         """A plan was made: ``num_draft_passes`` draft passes (0 = skipped)
         expected to emit ``predicted_tokens`` in ``predicted_seconds``."""
-        self._open = _OpenCycle(batch_size, num_draft_passes, predicted_tokens,
+        self._open = _OpenCycle(num_reqs, num_draft_passes, predicted_tokens,
                                 predicted_seconds)
 
     def revise(self, tokens: float, seconds: float) -> None:
@@ -176,10 +161,10 @@ class CycleCheck:
         if self._open is not None:
             self._open.accepted_tokens += num_accepted_tokens
 
-    def on_target_step(self, seconds: float, batch_size: int) -> None:
-        if self._open is not None and self._open.target_batch_size is None:
+    def on_target_step(self, seconds: float, num_reqs: int) -> None:
+        if self._open is not None and self._open.target_num_reqs is None:
             self._open.seconds += seconds
-            self._open.target_batch_size = batch_size
+            self._open.target_num_reqs = num_reqs
 
     def close(self) -> MeasuredCycle | None:
         """End the open cycle; what it measured if it was measured whole (and
@@ -190,36 +175,36 @@ class CycleCheck:
             return None
         seconds = cycle.seconds if cycle.wall_seconds is None else cycle.wall_seconds
         self.last_seconds = seconds
-        if (cycle.target_batch_size != cycle.batch_size
+        if (cycle.target_num_reqs != cycle.num_reqs
                 or cycle.draft_passes_timed != cycle.num_draft_passes
                 or cycle.predicted_seconds <= 0.0
                 or seconds - cycle.catch_up_seconds
                 > OUTLIER_FACTOR * cycle.predicted_seconds):
             return None
-        sums = self._sums.setdefault((cycle.batch_size, cycle.num_draft_passes > 0), _Sums())
+        sums = self._sums.setdefault((cycle.num_reqs, cycle.num_draft_passes > 0), _Sums())
         m = self.memory
-        sums.realized_tokens = m * sums.realized_tokens + cycle.batch_size + cycle.accepted_tokens
+        sums.realized_tokens = m * sums.realized_tokens + cycle.num_reqs + cycle.accepted_tokens
         sums.realized_seconds = m * sums.realized_seconds + seconds
         sums.predicted_tokens = m * sums.predicted_tokens + cycle.predicted_tokens
         sums.predicted_seconds = m * sums.predicted_seconds + cycle.predicted_seconds
         sums.count += 1
-        return MeasuredCycle(tokens=cycle.batch_size + cycle.accepted_tokens,
+        return MeasuredCycle(tokens=cycle.num_reqs + cycle.accepted_tokens,
                              seconds=seconds)
 
     # -- what the policy reads ------------------------------------------------
-    def efficiency(self, batch_size: int, drafted: bool) -> float:
-        sums = self._sums.get((batch_size, drafted))
+    def efficiency(self, num_reqs: int, drafted: bool) -> float:
+        sums = self._sums.get((num_reqs, drafted))
         return 1.0 if sums is None else sums.efficiency()
 
-    def num_cycles(self, batch_size: int, drafted: bool) -> int:
-        sums = self._sums.get((batch_size, drafted))
+    def num_cycles(self, num_reqs: int, drafted: bool) -> int:
+        sums = self._sums.get((num_reqs, drafted))
         return 0 if sums is None else sums.count
 
-    def is_informed(self, batch_size: int) -> bool:
+    def is_informed(self, num_reqs: int) -> bool:
         """True once drafted cycles have ``min_cycles`` measured cycles here."""
-        return self.num_cycles(batch_size, True) >= self.min_cycles
+        return self.num_cycles(num_reqs, True) >= self.min_cycles
 
-    def drafting_scale(self, batch_size: int) -> float:
+    def drafting_scale(self, num_reqs: int) -> float:
         """efficiency(drafted) / efficiency(skipped) at this batch size, 1.0
         until drafted cycles have ``min_cycles`` measured cycles; until
         skipped ones have as many, their efficiency is taken as 1 (a skipped
@@ -227,10 +212,10 @@ class CycleCheck:
         so its efficiency is close to 1). Without that stand-in a batch size
         where the policy always drafts never measures a skipped cycle, and
         the model alone would decide there."""
-        if not self.is_informed(batch_size):
+        if not self.is_informed(num_reqs):
             return 1.0
-        skipped = (self.efficiency(batch_size, False)
-                   if self.num_cycles(batch_size, False) >= self.min_cycles else 1.0)
-        scale = self.efficiency(batch_size, True) / skipped
+        skipped = (self.efficiency(num_reqs, False)
+                   if self.num_cycles(num_reqs, False) >= self.min_cycles else 1.0)
+        scale = self.efficiency(num_reqs, True) / skipped
         low, high = self.scale_bounds
         return min(high, max(low, scale))

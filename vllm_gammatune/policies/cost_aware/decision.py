@@ -2,8 +2,8 @@
 
 ``plan_batch`` keeps what it chose (``PlannedStep``); the ``StepDecision``
 is built from it only when read (``last_decision``): the proposer reads it
-only when a trace is written, and building it on every step costs about a
-tenth of the plan's time. It is read before the next plan: the catch-up
+only when a trace is written, and building it on every step would add to
+every plan's time for nothing. It is read before the next plan: the catch-up
 price, the drafting share (``DraftingShare``) and the drafting scale it
 reports are read at that time, and nothing changes them between a plan and
 the next.

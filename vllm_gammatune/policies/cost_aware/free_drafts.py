@@ -33,13 +33,8 @@ still verified where they pay on their own.
 Splitting the pass costs evenly over the batch is the approximation: it
 prices the model's draft for one request as if every request shared its
 passes. The planner corrects the rest, since it prices the model's passes
-whole for the requests left to it.
-
-The same preference for a free draft where it is good enough is what
-Arctic Inference's suffix decoding does ahead of its own draft model (a
-suffix match whose score clears a threshold is drafted instead of the
-model's); here the threshold is the comparison above, in the step's
-measured costs.
+whole for the requests left to it. Why, and the prior art:
+``docs/cost-aware.md``, "Free drafts ahead of the draft model".
 
 Pure functions; ``[num_reqs]`` lists, in batch order.
 """

@@ -105,14 +105,14 @@ class BatchLocalLinearCost:
     def ready(self) -> bool:
         return self.num_samples >= self.min_samples
 
-    def add(self, num_tokens: int, seconds: float, batch_size: int = 1) -> bool:
+    def add(self, num_tokens: int, seconds: float, num_reqs: int = 1) -> bool:
         """Add one measured pass; False if dropped as an outlier (an idle gap)."""
         if seconds < 0 or num_tokens < 0:
             return False
         if (self.drop_outliers and self.num_samples >= OUTLIER_AFTER_SAMPLES
-                and seconds > OUTLIER_FACTOR * self.predict(num_tokens, batch_size)):
+                and seconds > OUTLIER_FACTOR * self.predict(num_tokens, num_reqs)):
             return False
-        sample = (max(1, batch_size), num_tokens, float(seconds))
+        sample = (max(1, num_reqs), num_tokens, float(seconds))
         leaving = (self._samples[0] if len(self._samples) == self._samples.maxlen
                    else None)
         self._samples.append(sample)
@@ -121,14 +121,14 @@ class BatchLocalLinearCost:
             self._sums.clear()  # rebuilt from the window on the next fit
         # its weight had reached memory**(window - 1); one more decay now
         leaving_age_weight = self.memory ** len(self._samples)
-        for fit_batch_size, sums in self._sums.items():
+        for fit_num_reqs, sums in self._sums.items():
             for i in range(5):
                 sums[i] *= self.memory
-            _accumulate(sums, self._locality_weight(sample[0], fit_batch_size),
+            _accumulate(sums, self._locality_weight(sample[0], fit_num_reqs),
                         sample[1], sample[2])
             if leaving is not None:
                 _accumulate(sums, -leaving_age_weight
-                            * self._locality_weight(leaving[0], fit_batch_size),
+                            * self._locality_weight(leaving[0], fit_num_reqs),
                             leaving[1], leaving[2])
         return True
 
@@ -140,24 +140,24 @@ class BatchLocalLinearCost:
             return None
         return sum(t for _, _, t in self._samples) / tokens
 
-    def _locality_weight(self, sample_batch_size: int, batch_size: int) -> float:
-        return math.exp(-self.locality * abs(math.log2(sample_batch_size)
-                                             - math.log2(batch_size)))
+    def _locality_weight(self, sample_num_reqs: int, num_reqs: int) -> float:
+        return math.exp(-self.locality * abs(math.log2(sample_num_reqs)
+                                             - math.log2(num_reqs)))
 
-    def coefficients(self, batch_size: int = 1) -> tuple[float, float]:
-        """(intercept, slope), both >= 0, around ``batch_size``."""
-        batch_size = max(1, batch_size)
-        sums = self._sums.get(batch_size)
+    def coefficients(self, num_reqs: int = 1) -> tuple[float, float]:
+        """(intercept, slope), both >= 0, around ``num_reqs``."""
+        num_reqs = max(1, num_reqs)
+        sums = self._sums.get(num_reqs)
         if sums is None:
             sums = [0.0] * 5
             for age, (b, n, t) in enumerate(reversed(self._samples)):
-                _accumulate(sums, self.memory ** age * self._locality_weight(b, batch_size),
+                _accumulate(sums, self.memory ** age * self._locality_weight(b, num_reqs),
                             n, t)
-            self._sums[batch_size] = sums
+            self._sums[num_reqs] = sums
         return _line_from_sums(*sums)
 
-    def predict(self, num_tokens: int, batch_size: int = 1) -> float:
-        intercept, slope = self.coefficients(batch_size)
+    def predict(self, num_tokens: int, num_reqs: int = 1) -> float:
+        intercept, slope = self.coefficients(num_reqs)
         return intercept + slope * num_tokens
 
 
@@ -169,11 +169,11 @@ class FixedLinearCost:
     slope: float
     ready: bool = True
 
-    def add(self, num_tokens: int, seconds: float, batch_size: int = 1) -> bool:
+    def add(self, num_tokens: int, seconds: float, num_reqs: int = 1) -> bool:
         return False
 
-    def coefficients(self, batch_size: int = 1) -> tuple[float, float]:
+    def coefficients(self, num_reqs: int = 1) -> tuple[float, float]:
         return self.intercept, self.slope
 
-    def predict(self, num_tokens: int, batch_size: int = 1) -> float:
+    def predict(self, num_tokens: int, num_reqs: int = 1) -> float:
         return self.intercept + self.slope * num_tokens

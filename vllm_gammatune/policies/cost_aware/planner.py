@@ -8,80 +8,34 @@ per request, 0 allowed) is worth and costs
                + t_catch_up(sum of the drafting requests' missed positions,
                             each times its share ``catch_up_share``))
 
-with ``D = sum_r k_r`` draft tokens, ``K = max_r k_r``, ``N`` the tokens the
-target processes this step (the draft's first pass runs over them and one new
-token per request), and ``E_r`` the tokens a verification of ``k`` draft
-tokens emits under the geometric acceptance model. When every ``k_r`` is 0
-the proposer skips the draft model, so the step costs what a step without
-speculation costs.
+with ``D = sum_r k_r``, ``K = max_r k_r``, ``N`` the tokens the target
+processes this step and ``E_r`` the tokens a verification of ``k`` draft
+tokens emits under the geometric acceptance model. All ``k_r`` 0: the draft
+model is skipped and the step costs what one without speculation costs.
 
-The joint choice is exact for each cap ``K``: with a linear target cost, the
-ratio is maximised by Dinkelbach's iteration, where for a given ratio lambda
-each request independently keeps its draft tokens while their marginal
-expected gain ``a_r^j`` exceeds lambda times the marginal cost of a token
-(one more verified position plus one more token in the next draft pass),
-which has a closed form (``_lengths_at``); the best ``K`` in ``0..cap`` wins.
+For each cap ``K`` the ratio is maximised exactly by Dinkelbach's iteration:
+at ratio lambda each request keeps its draft tokens while their marginal
+gain ``a_r^j`` exceeds lambda times a token's marginal cost, in closed form
+(``_lengths_at``); the best ``K`` in ``0..cap`` wins.
 
-Margin: a plan drafts for its own sake only if, after the clock's correction
-(``CycleCheck.drafting_scale``), it predicts at least ``min_draft_gain``
-(default 5%) more tokens per second than not drafting. The linear costs, the
-geometric acceptance and the measured correction each carry errors of a few
-percent (on the 2-core CPU, fresh engines of one configuration differ by up
-to 15% per step, and drafted cycles at batch 4 measure 3-7% better than
-skipped ones while end to end the method runs 3% below no speculation), and
-a policy meant never to be slower than no speculation does not draft on a
-predicted gain smaller than its own error.
+- Margin: a plan drafts for its own sake only if, after the clock's
+  correction (``CycleCheck.drafting_scale``), it predicts ``min_draft_gain``
+  more tokens per second than not drafting (the models' error is that size).
+- Catch-ups: a plan is charged the share ``1 / S`` of a request's catch-up
+  (``catch_ups.catch_up_share``), ``S = f R / (f E + 1 - f)``,
+  ``E = min(1 / (1 - a), K + 1)``, ``R`` its remaining tokens, ``f`` the
+  share of steps at this batch size that draft were nothing to catch up
+  (``drafting_share``); only for requests that would draft without their
+  catch-up; the others pay theirs whole.
+- Pace (``keep_pace``): a plan drafts only if every request that can draft
+  keeps pace, ``E_r(k_r) >= seconds_r / t_target(B)`` (``_paced``), with
+  ``seconds_r`` the step as ``r`` waits through it (its own catch-up at its
+  share, the others' whole); a lagging draft is lengthened to the shortest
+  that keeps pace, a cap where none does is not taken.
 
-Catch-ups. After steps that skip the draft model, a request that drafts
-again first runs the draft over the positions it missed (its catch-up
-tokens). That pass is paid once and serves every later draft of the request,
-so a plan is charged the share of it that the request's remaining drafting
-steps leave to this one (``catch_up_share``). Those steps are counted from
-its remaining tokens (capped at ``CATCH_UP_HORIZON_TOKENS``) and the share
-``f`` of steps in which requests at this batch size would draft were nothing
-to catch up (``drafting_share``, kept per batch size by the policy): of a
-request's remaining steps a share ``f`` drafts and emits at most
-``min(1 / (1 - a), K + 1)`` tokens each (acceptance rate ``a``, cap ``K``:
-the fewest steps, so the largest share), the others one token each. Where
-the server is quiet and drafting pays with a wide margin, ``f`` is near 1
-and a long prompt is caught up at once; at a batch where drafting pays only
-now and then (a busy server on the 2-core CPU, where a drafted step beats a
-skipped one by 10-20% and the next prompt step stops drafting again), the
-few steps that will draft cannot repay hundreds of prompt tokens, and ``f``
-says so. ``f`` is measured on the plans without catch-ups, so it does not
-fulfil itself: a request that waits for its catch-up does not lower it.
-
-Within a step, a plan first finds the requests that would draft were
-nothing to catch up (none: the step skips, since a catch-up only adds
-cost), spreads those requests' catch-ups, and charges every other request
-its catch-up whole. A new request that would catch up hundreds of prompt
-tokens where drafting does not pay (concurrency 4 on the 2-core CPU: the
-pass takes 1.5-2.4 s against 0.2 s for a step without drafting) thus never
-catches up; where drafting pays (batch 1), it catches up at once, however
-long the engine went without drafting.
-
-Pace (``keep_pace``). The ratio above is the batch's: a plan that drafts
-long for the requests that accept well can pay while a request that accepts
-little, or does not draft, gets one or two tokens from a step that takes far
-longer than one without drafting (a large batch on a CPU). Its tokens per
-second fall below what the step without drafting would give it, and a fixed
-amount of work ends with its slowest request: on a busy server the batch's
-rate can rise while the last requests finish later. So a plan drafts only if
-every request that can draft keeps pace: ``E_r(k_r) >= seconds_r /
-t_target(B)`` (``_paced``, after the clock's correction), where
-``seconds_r`` is the step as request ``r`` waits through it: its own
-catch-up at its share (an investment in its later drafts), every other
-request's catch-up whole (time it only waits). A lagging request's draft is
-lengthened to the shortest that keeps pace, and a cap whose plan cannot keep
-everyone at pace is not taken. A busy batch of fresh prompts thus does not
-catch them all up in one step on the strength of drafts it may never make. A
-request not drafting (``E_r = 1``) never keeps pace with a drafted step, so
-every request that can draft drafts or none does; a request whose drafter
-offers nothing (an n-gram without a match) is not held to it. At batch 1 the
-rule is the ratio's own.
-
-Pure functions of the step's costs (``StepCosts``), the requests' rates and
-their catch-ups; ``[num_reqs]`` lists, in batch order.
+Why each rule: ``docs/cost-aware.md``, "The decision" and "Length 0 skips
+the draft model". Pure functions of the step's costs (``StepCosts``), the
+requests' rates and catch-ups; ``[num_reqs]`` lists, in batch order.
 """
 
 from __future__ import annotations
@@ -90,29 +44,10 @@ import math
 from collections.abc import Sequence
 
 from vllm_gammatune.policies.cost_aware.acceptance_rates import MAX_RATE, expected_tokens
+from vllm_gammatune.policies.cost_aware.catch_ups import catch_up_share
 from vllm_gammatune.policies.cost_aware.step_costs import StepCosts
 
 _DINKELBACH_ITERATIONS = 8
-#: a catch-up is spread over at most this many of a request's remaining
-#: tokens (a request without ``max_tokens`` may stop at any EOS)
-CATCH_UP_HORIZON_TOKENS = 256
-
-
-def catch_up_share(rate: float, remaining_tokens: int | None, max_num_draft_tokens: int,
-                   drafting_share: float = 1.0) -> float:
-    """The share of a drafting request's catch-up its plan is charged now:
-    one over the steps it will still draft, at most ``f R / (f E + 1 - f)``
-    with ``R = min(remaining_tokens, CATCH_UP_HORIZON_TOKENS)``, ``f`` the
-    ``drafting_share`` and ``E = min(1 / (1 - rate), K + 1)`` the most tokens
-    a drafted step emits (module docstring). Unknown remaining tokens: all
-    of it now."""
-    if remaining_tokens is None:
-        return 1.0
-    f = drafting_share
-    most_tokens = min(1.0 / (1.0 - rate), max_num_draft_tokens + 1.0)
-    steps = (f * min(remaining_tokens, CATCH_UP_HORIZON_TOKENS)
-             / (f * most_tokens + 1.0 - f))
-    return 1.0 / max(1.0, steps)
 
 
 def predicted_step(costs: StepCosts, rates: Sequence[float], plan: Sequence[int],

@@ -5,65 +5,36 @@ A request at length 0 learns nothing about its draft, so after
 every other request at length 0 that is at least half-way due joins it, so
 they share the draft pass. Each further probe without drafting in between
 doubles the request's interval, up to ``max_probe_interval``; drafting for its
-own sake resets it.
-
-A new request's first probe is due at once (``CostAwareState``'s
-``probe_interval`` starts at 1), its later ones at the base interval, and
-at batch 1, after a probe the target accepts, the next is due at once again
-(``on_verified``). Its
-rate is the engine's, which the last few requests set, and at most one
-verification of its own (the step that prices a catch-up drafts one token):
-after a hard request (a server's bare "Hello" warm-up) that says drafting
-does not pay at batch 1, and the base interval would leave the next request
-undrafted for its first ``probe_interval`` steps before a probe could show
-otherwise. The first probe is held to the same tests and budget as any
-other. One accepted probe moves the request's rate only part of the way from
-the engine's (the prior's pseudo-observations, ``acceptance_rates``), often
-not across the line where drafting pays: with the base interval the request
-would then wait that many steps at length 0 although its own evidence says
-its text is easy. At batch 1 an accepted probe has also paid for itself
-(two tokens for a target step and a draft pass), so probing again at once
-costs only where the next probe is rejected; a rejected one returns to the
-base interval and its back-off. At larger batches a probe that makes the
-step draft buys one token of the batch's for a draft pass of all of it, so
-there an accepted probe changes nothing but the request's rate.
+own sake resets it. A new request's first probe is due at once
+(``ProbeRecord.probe_interval`` starts at 1), its later ones at the
+base interval; at batch 1, after a probe the target accepts, the next is due
+at once again (``on_verified``), and a rejected one returns to the base
+interval and its back-off.
 
 A request probes only if some acceptance rate could make its drafting pay at
 the step's batch and costs, its catch-up included: where even a draft that
 is always right loses, a probe cannot change the decision. Under the pace
 rule (``planner``) that is the batch's question: where one request's catch-up
-would hold the batch back even were every draft always right, what the
-others would learn could not make the step draft, and none probes. On a busy server
-a new request's prompt is its catch-up, and at a batch where a drafted step
-beats a skipped one by little, a probe that catches up a long prompt costs
-several skipped steps to learn one token's acceptance. That search uses the
-model alone (no measured correction), so that the correction cannot stop the
-measurements that correct it, and spreads each catch-up over the remaining
-steps the request would draft were the steps at its batch size to draft as
-often as they lately did: where none did (a busy server whose fresh prompts
-hold the batch back, ``planner``'s pace), a catch-up is charged whole.
-A step whose prompt chunk waits (``prompt_chunks``) runs no probe either.
-The policy weighs both before it asks for probes (the ``draft_limits`` of
-``add_probes``).
+would hold the batch back even were every draft right, none probes. That
+search uses the model alone, without the clock's correction (so the
+correction cannot stop the measurements that correct it), and spreads each
+catch-up over the steps the request would draft were the steps at its batch
+size to draft as often as they lately did. A step whose prompt chunk waits
+(``prompt_chunks``) runs no probe either. The policy weighs both before it
+asks for probes (the ``draft_limits`` of ``add_probes``).
 
-Budget. A probe in a step that drafts anyway shares its passes and costs
-little; one that makes a step draft which otherwise would not is held to a
-budget across the engine: the seconds the model predicts such probes lose
-(their step's time minus what its expected tokens would take at the rate of
-the step without them) may be at most ``budget`` of the predicted engine
-time (decayed sums over about the last 200 steps), the probe about to run
-included. The window counts as full from the first step: the allowance is
-``budget`` times the mean predicted step seconds times the window's length,
-so a young engine, whose sums cover a few steps only, may spend at once what
-a window allows (else the first probes after start, which decide whether a
-new engine drafts at all, would be refused until the window fills, while
-every new request's catch-up grows). Once such a step is measured whole
-(``cycle_check``), its measured loss replaces the predicted one
-(``settle``), so probes the model thinks cheap but the clock does not are
-rationed by the clock. Without the budget, where drafting never pays (on the
-2-core CPU at batch 16 a probe step costs about one more target step) every
-new request restarts probing (its first probe at once), and probing alone
-costs a few percent of throughput.
+Budget. A probe that makes a step draft which otherwise would not (one in a
+step that drafts anyway shares its passes) is held to an engine-wide budget:
+the seconds such probes lose (their step's time minus what its expected
+tokens would take at the rate of the step without them) stay within
+``budget`` of the predicted engine time over a decayed window of about 200
+steps, the probe about to run included. The window counts as full from the
+first step, so a young engine may probe at once. Once a probe's step is
+measured whole (``cycle_check``), its measured loss replaces the predicted
+one (``settle``). Without the budget, under request churn probing would
+never back off, since every new request probes at once.
+
+Why each rule, with the runs behind it: ``docs/cost-aware.md``, "Probing".
 """
 
 from __future__ import annotations
@@ -73,7 +44,7 @@ from dataclasses import dataclass
 
 from vllm_gammatune.policies.cost_aware.cycle_check import MeasuredCycle
 from vllm_gammatune.policies.cost_aware.planner import predicted_step
-from vllm_gammatune.policies.cost_aware.request_state import CostAwareState
+from vllm_gammatune.policies.cost_aware.request_state import ProbeRecord
 from vllm_gammatune.policies.cost_aware.step_costs import StepCosts
 
 #: weight kept by the probe budget's sums per step (a window of ~200 steps)
@@ -127,13 +98,13 @@ class ProbeScheduler:
             self._probe_seconds = max(0.0, self._probe_seconds + lost - predicted_lost)
 
     @staticmethod
-    def is_due(state: CostAwareState, num_draft_tokens: int) -> bool:
+    def is_due(state: ProbeRecord, num_draft_tokens: int) -> bool:
         return num_draft_tokens == 0 and state.steps_since_draft + 1 >= state.probe_interval
 
-    def any_due(self, states: list[CostAwareState], plan: list[int]) -> bool:
+    def any_due(self, states: list[ProbeRecord], plan: list[int]) -> bool:
         return any(self.is_due(s, k) for s, k in zip(states, plan))
 
-    def add_probes(self, states: list[CostAwareState], plan: list[int], may_probe: bool,
+    def add_probes(self, states: list[ProbeRecord], plan: list[int], may_probe: bool,
                    costs: StepCosts, rates: Sequence[float],
                    catch_up_tokens: Sequence[int],
                    draft_limits: Sequence[int] = ()) -> ProbedPlan:
@@ -170,7 +141,7 @@ class ProbeScheduler:
                              / (_BUDGET_MEMORY * self._engine_steps + 1.0))
         return self.budget * mean_step_seconds / (1.0 - _BUDGET_MEMORY)
 
-    def _probe_mask(self, states: list[CostAwareState], plan: list[int],
+    def _probe_mask(self, states: list[ProbeRecord], plan: list[int],
                     may_probe: bool) -> list[bool]:
         """Which requests probe (draft one token) this step: when one is due,
         every request at length 0 at least half-way due joins it."""
@@ -180,17 +151,17 @@ class ProbeScheduler:
                 for s, k in zip(states, plan)]
 
     @staticmethod
-    def on_verified(state: CostAwareState, num_draft_tokens: int,
-                    num_accepted_tokens: int, batch_size: int) -> None:
+    def on_verified(state: ProbeRecord, num_draft_tokens: int,
+                    num_accepted_tokens: int, num_reqs: int) -> None:
         """A probe the target accepted in a step of one request: the
         request's next probe is due at once, and counts as a first probe
         (the base interval after it)."""
-        if (batch_size == 1 and state.probing
+        if (num_reqs == 1 and state.probing
                 and 0 < num_draft_tokens == num_accepted_tokens):
             state.probing = False
             state.probe_interval = 1
 
-    def advance(self, states: list[CostAwareState], plan: list[int],
+    def advance(self, states: list[ProbeRecord], plan: list[int],
                 probes: list[bool]) -> None:
         """Per request: back off after a probe that did not pay, reset when
         drafting for its own sake, count the steps at length 0."""

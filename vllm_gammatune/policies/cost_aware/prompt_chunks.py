@@ -3,51 +3,38 @@
 A step where some request's query is a prompt chunk
 (``BatchView.has_prefill``) would, if it drafted, also prefill the draft over
 the whole chunk, which the decode-step fit prices far too low, and the batch
-the request will decode in is not known yet: ``LLM.generate`` hands a
+the request will decode in is not known yet (``LLM.generate`` hands a
 batch's requests to the engine one at a time, so its first step often holds
-only the first prompt, at batch 1, where drafting pays, while the batch then
-decodes at 4, where it does not (on the 2-core CPU, batches of 4 that
-drafted just that once ran at 0.965 of no speculation, those that never
-drafted at 1.015). Left undrafted, the chunk's draft prefill becomes the
-request's catch-up, paid only if the request ever drafts. So such a step
-plans as a decode step would (the first pass over one token per request),
-and drafts only if that plan's gain ``g`` (the seconds its expected tokens
-save at the rate of not drafting, net of its draft passes, after the
-clock's correction: ``draft_gain``) beats the chunk's draft prefill ``C``
-(the catch-up fit's per-token cost times the chunk's tokens) weighed by the
-chance ``p`` that the request drafts later anyway:
+only the first prompt, at batch 1). Left undrafted, the chunk's draft
+prefill becomes the request's catch-up, paid only if the request ever
+drafts. So such a step plans as a decode step would (the first pass over
+one token per request), and drafts only if that plan's gain ``g`` (the
+seconds its expected tokens save at the rate of not drafting, net of its
+draft passes, after the clock's correction: ``draft_gain``) beats the
+chunk's draft prefill ``C`` (the catch-up fit's per-token cost times the
+chunk's tokens) weighed by the chance ``p`` that the request drafts later
+anyway:
 
     draft now  iff  C - g < p * C,  i.e.  g > (1 - p) * C
 
 with ``p`` the decayed share of the decode steps right after a prompt chunk
 that drafted for their own sake (probes do not count), kept per batch size
 (``batch_shares``): whether a request drafts after its prompt depends on the
-batch it decodes in, and a ``p`` learnt while the server was quiet would
-draft the prompts of a busy batch whose decode steps then skip.
+batch it decodes in.
 
 - ``p`` starts at 0 at each batch size: a prompt chunk drafts only once
   decode steps after earlier chunks at that batch size, charged the chunk
-  as a catch-up, have drafted. At 1 the
-  rule fulfils itself: with every chunk drafted no decode step has a
-  catch-up to weigh, so batches of 4 draft on their decode steps too and
-  keep ``p`` at 1 (on the 2-core CPU the draft's prefill of their prompts
-  alone, ~2 ms a token, costs them a fifth of their time).
+  as a catch-up, have drafted (starting at 1 the rule would fulfil itself:
+  with every chunk drafted, no decode step has a catch-up to weigh).
 - Below ``p = 1/2`` no chunk drafts, however short: ``g`` is priced at the
-  prompt step's batch size, not the one the request decodes in, and with
-  ``p`` near 0 at batch 4 the short first prompt of a batch would still
-  draft in about half the batches, at 0.96 of no speculation against 1.005
-  for those that do not.
+  prompt step's batch size, not the one the request decodes in.
 - While nothing has priced a catch-up, ``C`` is unknown: the chunk drafts
   one token for every request with nothing to catch up, so that the draft's
-  pass over it is timed (``price_plan``, kind "price"; once per engine). The
-  warm-up usually provides that sample (until the costs are measured every
-  step drafts, the first prompt included); a server's first request may be
-  a one-token "Hello" that times no prompt pass.
+  pass over it is timed (``catch_ups.price_plan``, kind "price"; once per
+  engine).
 
-At batch 4 on that CPU ``p`` stays near 0 and the chunks wait; at batch 1,
-where decode steps draft even with a catch-up to pay, ``p`` rises toward 1
-and prompt chunks draft. A step with a prompt chunk that does not draft runs
-no probe either.
+A step with a prompt chunk that does not draft runs no probe either. The
+runs behind each rule: ``docs/cost-aware.md``, "Prompt chunks".
 """
 
 from __future__ import annotations
@@ -62,13 +49,6 @@ from vllm_gammatune.policies.cost_aware.step_costs import StepCosts
 _AFTER_PROMPT_MEMORY = 0.75
 #: below this share no prompt chunk drafts, however short (module docstring)
 _MIN_DRAFTS_AFTER_PROMPT = 0.5
-
-
-def price_plan(catch_up_tokens: Sequence[int], num_reqs: int) -> list[int]:
-    """Every request with nothing to catch up drafts one token, so that the
-    draft's pass over the chunk is the catch-up price's first sample."""
-    catch_up = list(catch_up_tokens) or [0] * num_reqs
-    return [0 if missed else 1 for missed in catch_up]
 
 
 def draft_gain(decode_costs: StepCosts, rates: Sequence[float], plan: Sequence[int],
@@ -91,15 +71,15 @@ class PromptChunks:
         self.drafts_after_prompt = BatchShares(_AFTER_PROMPT_MEMORY, initial=0.0)
         self._after_prompt = False
 
-    def waits(self, batch_size: int) -> bool:
+    def waits(self, num_reqs: int) -> bool:
         """No prompt chunk drafts at this batch size, however short
         (``p < 1/2``)."""
-        return self.drafts_after_prompt.at(batch_size) < _MIN_DRAFTS_AFTER_PROMPT
+        return self.drafts_after_prompt.at(num_reqs) < _MIN_DRAFTS_AFTER_PROMPT
 
-    def drafts(self, gain: float, chunk_seconds: float, batch_size: int) -> bool:
+    def drafts(self, gain: float, chunk_seconds: float, num_reqs: int) -> bool:
         """A chunk whose decode-step plan drafts: ``g > (1 - p) C``
         (``chunk_seconds`` is ``C``); always once ``p`` reached 1."""
-        p = self.drafts_after_prompt.at(batch_size)
+        p = self.drafts_after_prompt.at(num_reqs)
         return p >= 1.0 or gain > (1.0 - p) * chunk_seconds
 
     def step_planned(self, has_prefill: bool, plan: Sequence[int]) -> None:

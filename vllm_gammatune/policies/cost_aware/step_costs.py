@@ -4,9 +4,9 @@ catch-up pass (``linear_costs``), and the costs of one step they give.
 The target step and the draft's decode pass are fitted around the batch size
 (``BatchLocalLinearCost``). A catch-up is priced by its own fit
 (``catch_up_line``): catch-up passes run over many positions per request,
-like a prefill, where a token costs far more than in a decode pass (a decode
-pass over 2 or 17 tokens costs about the same on a CPU, so its slope prices a
-2,160-token catch-up at 0.18 s where it takes 5 s). The draft's passes over
+like a prefill, where a token costs far more than the decode fit's slope
+says (a decode pass is flat in its few tokens; ``docs/cost-aware.md``,
+"Costs, measured online"). The draft's passes over
 prompt chunks feed the same fit. Given fixed costs (``FixedLinearCost``),
 the draft's stands in for the catch-up's.
 """
@@ -61,11 +61,11 @@ class CostFits:
         return self.target.ready and self.draft.ready
 
     def add_target_step(self, num_scheduled_tokens: int, seconds: float,
-                        batch_size: int) -> None:
-        self.target.add(num_scheduled_tokens, seconds, batch_size)
+                        num_reqs: int) -> None:
+        self.target.add(num_scheduled_tokens, seconds, num_reqs)
 
-    def add_draft_pass(self, num_tokens: int, seconds: float, batch_size: int) -> None:
-        self.draft.add(num_tokens, seconds, batch_size)
+    def add_draft_pass(self, num_tokens: int, seconds: float, num_reqs: int) -> None:
+        self.draft.add(num_tokens, seconds, num_reqs)
 
     def add_catch_up_pass(self, num_tokens: int, seconds: float) -> None:
         self.catch_up.add(num_tokens, seconds)
@@ -78,7 +78,7 @@ class CostFits:
         None before any catch-up or prompt pass of the draft was timed, which
         is brief: the warm-up's prompt pass is a sample, and if it was too
         short to be one, the next prompt chunk drafts to be one
-        (``prompt_chunks.price_plan``). While it is None, the decode draft
+        (``catch_ups.price_plan``). While it is None, the decode draft
         line stands in."""
         fit = self.catch_up
         if fit.ready:

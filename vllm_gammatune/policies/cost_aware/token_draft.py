@@ -3,9 +3,10 @@
 A request's ``TokenDraft`` is made when a plan starts its draft
 (``TokenStop.begin_draft``), filled token by token while it is drafted
 (``TokenStop.draft_on``), and read when its verification arrives
-(``TokenStop.revision`` and ``learn``). A drafter that hands verifications
-over one plan late (the CUDA hot path) verifies the previous draft while the
-current one is being drafted, so a request keeps both (``CostAwareState``).
+(``TokenStop.revision`` and ``learn``). A drafter whose verifications
+arrive after the next plan (the CUDA hot path) verifies the previous draft
+while the current one is being drafted, so a request keeps both, each with
+the step of its plan (``request_state.TokenRuleRecord``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ class TokenPrices:
 class TokenDraft:
     """A request's draft of one step."""
 
+    #: the step whose plan made it (``StepObservation.step``)
+    step: int = 0
     #: the step's prices where the per-token stop governs this draft, else None
     prices: TokenPrices | None = None
     #: estimated chance that every token drafted so far is accepted

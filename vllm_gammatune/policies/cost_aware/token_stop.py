@@ -28,7 +28,8 @@ After the draft's pass ``i``, each request still drafting:
    probability (the next token's own is not known before its pass);
 
 and the next pass runs only if the gains of the requests that would go on
-exceed its cost, ``sum g > R * c_pass``; otherwise they all stop at ``i``.
+exceed its cost, ``sum g > R * c_pass`` (``next_pass_pays``); otherwise
+they all stop at ``i``.
 Survival only falls along a draft, so this one-step look-ahead is the
 optimal stop of the monotone case. Lossless: the stop depends on the draft's
 tokens alone; verification is vLLM's rejection sampler, unchanged.
@@ -43,7 +44,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from vllm_gammatune.policies.cost_aware.acceptance_rates import expected_tokens
-from vllm_gammatune.policies.cost_aware.request_state import CostAwareState
+from vllm_gammatune.policies.cost_aware.request_state import CostAwareState, TokenRuleRecord
 from vllm_gammatune.policies.cost_aware.token_draft import TokenDraft, TokenPrices
 from vllm_gammatune.policies.cost_aware.token_acceptance import (
     TokenAcceptanceModel,
@@ -64,6 +65,13 @@ def judge_token(model: TokenAcceptanceModel, feature: float, position: int,
     return (position if gain <= 0.0 else None), gain
 
 
+def next_pass_pays(gains: Sequence[float], prices: TokenPrices) -> bool:
+    """The pass-level check of the module docstring: one more draft pass
+    runs only if the next tokens' expected gains ``g`` of the requests that
+    would go on exceed its price, ``sum g > R * c_pass``."""
+    return sum(gains) > prices.rate * prices.per_pass
+
+
 def rule_draft(features: Sequence[float], model: TokenAcceptanceModel,
                prices: TokenPrices, cap: int, request_bias: float = 0.0) -> tuple[int, int]:
     """(length kept, draft passes run) of the rule for one request drafting
@@ -79,7 +87,7 @@ def rule_draft(features: Sequence[float], model: TokenAcceptanceModel,
         end, gain = judge_token(model, feature, position, survival, request_bias, threshold)
         if end is not None:
             return end, position
-        if position == cap or gain <= prices.rate * prices.per_pass:
+        if position == cap or not next_pass_pays([gain], prices):
             return position, position
     drafted = min(cap, len(features))
     return drafted, drafted
@@ -111,9 +119,6 @@ class TokenStop:
         self.model = TokenAcceptanceModel()
         #: prices of the step being drafted, None where the rule is off
         self._prices: TokenPrices | None = None
-        #: plans between a draft and its verification's arrival (1 where the
-        #: drafter hands verifications over one plan late)
-        self.verification_lag = 0
 
     @property
     def seconds_per_pass(self) -> float:
@@ -121,25 +126,22 @@ class TokenStop:
         where the rule does not act)."""
         return 0.0 if self._prices is None else self._prices.per_pass
 
-    def verified_draft(self, state: CostAwareState) -> TokenDraft:
-        """The draft the request's next verification is of."""
-        return state.previous_draft if self.verification_lag else state.draft
-
-    def begin_draft(self, states: list[CostAwareState], prices: TokenPrices | None = None,
-                    ruled: Sequence[bool] = (), lengths: Sequence[int] = (),
-                    rates: Sequence[float] = ()) -> None:
-        """A plan was made: each request's draft starts afresh. With
-        ``prices``, the rule governs the drafts of the requests ``ruled``,
-        which the plan gave ``lengths`` at acceptance ``rates`` (all
-        [num_reqs]); without, it governs none this step."""
+    def begin_draft(self, states: list[CostAwareState], step: int,
+                    prices: TokenPrices | None = None, ruled: Sequence[bool] = (),
+                    lengths: Sequence[int] = (), rates: Sequence[float] = ()) -> None:
+        """The plan of ``step`` was made: each request's draft starts afresh.
+        With ``prices``, the rule governs the drafts of the requests
+        ``ruled``, which the plan gave ``lengths`` at acceptance ``rates``
+        (all [num_reqs]); without, it governs none this step."""
         self._prices = prices
         for i, state in enumerate(states):
-            draft = TokenDraft()
+            draft = TokenDraft(step=step)
             if prices is not None and ruled[i]:
                 draft.prices = prices
                 draft.planned_length = lengths[i]
                 draft.planned_tokens = expected_tokens(rates[i], lengths[i])
-            state.previous_draft, state.draft = state.draft, draft
+            record = state.token_rule
+            record.previous_draft, record.draft = record.draft, draft
 
     def draft_on(self, states: list[CostAwareState], position: int,
                  token_probs: Sequence[float], active: Sequence[bool]) -> list[int | None]:
@@ -155,32 +157,34 @@ class TokenStop:
         for i, (state, q, drafted) in enumerate(zip(states, token_probs, active)):
             if not drafted:
                 continue
-            draft = state.draft
+            record = state.token_rule
+            draft = record.draft
             feature = logit(q)
             draft.features.append(feature)
-            alpha = model.predict(feature, position, state.bias)
+            alpha = model.predict(feature, position, record.bias)
             draft.predicted.append(alpha)
             if not draft.ruled:
                 continue
             draft.survival *= alpha
-            end, gain = judge_token(model, feature, position, draft.survival, state.bias,
+            end, gain = judge_token(model, feature, position, draft.survival, record.bias,
                                     threshold)
             if end is None:
                 going_on.append((i, gain))
             else:
                 decisions[i] = end
-        if going_on and sum(g for _, g in going_on) <= prices.rate * prices.per_pass:
+        if going_on and not next_pass_pays([g for _, g in going_on], prices):
             for i, _ in going_on:
                 decisions[i] = position
         return decisions
 
-    def revision(self, state: CostAwareState, num_draft_tokens: int) -> CycleRevision | None:
-        """A ruled request's draft of ``num_draft_tokens`` was verified: the
-        cycle's prediction counts its tokens as the rule estimated them
-        (1 + the survivals of the tokens kept) and their verification,
-        instead of the plan's length and geometric expectation. None: not a
-        ruled draft."""
-        draft = self.verified_draft(state)
+    def revision(self, record: TokenRuleRecord, step: int,
+                 num_draft_tokens: int) -> CycleRevision | None:
+        """A ruled request's draft of ``num_draft_tokens``, planned at
+        ``step``, was verified: the cycle's prediction counts its tokens as
+        the rule estimated them (1 + the survivals of the tokens kept) and
+        their verification, instead of the plan's length and geometric
+        expectation. None: not a ruled draft."""
+        draft = record.draft_of(step)
         if draft.prices is None:
             return None
         expected, survival = 0.0, 1.0
@@ -191,15 +195,17 @@ class TokenStop:
             accepted_tokens=expected, tokens=1.0 + expected - draft.planned_tokens,
             seconds=(num_draft_tokens - draft.planned_length) * draft.prices.per_token)
 
-    def learn(self, state: CostAwareState, num_draft_tokens: int,
+    def learn(self, record: TokenRuleRecord, step: int, num_draft_tokens: int,
               num_accepted_tokens: int) -> None:
-        """Label the verified tokens of the request's last draft."""
-        features = self.verified_draft(state).features
+        """Label the verified tokens of the request's draft of ``step``."""
+        features = record.draft_of(step).features
         if num_draft_tokens and features:
-            state.bias = self.model.learn(features[:num_draft_tokens], num_accepted_tokens,
-                                          state.bias)
+            record.bias = self.model.learn(features[:num_draft_tokens], num_accepted_tokens,
+                                           record.bias)
 
-    def verification_details(self, state: CostAwareState, num_draft_tokens: int) -> dict:
-        """The last verified draft's tokens as the rule saw them (for traces)."""
-        return {"predicted_acceptance": [round(a, 4) for a in
-                                         self.verified_draft(state).predicted[:num_draft_tokens]]}
+    @staticmethod
+    def verification_details(record: TokenRuleRecord, step: int,
+                             num_draft_tokens: int) -> dict:
+        """The verified draft's tokens as the rule saw them (for traces)."""
+        predicted = record.draft_of(step).predicted[:num_draft_tokens]
+        return {"predicted_acceptance": [round(a, 4) for a in predicted]}

@@ -1,4 +1,4 @@
-"""The traffic run's plot (matplotlib, the ``bench`` extra; drawn off-screen):
+"""The traffic run's plot (matplotlib, the tools' ``plots`` extra; drawn off-screen):
 one round's trace of the subject's decisions beside the client's throughput."""
 
 from __future__ import annotations

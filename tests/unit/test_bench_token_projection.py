@@ -1,4 +1,4 @@
-"""benchmarks.token_projection: projected tokens per second of draft strategies."""
+"""gammatune_tools.bench.token_projection: projected tokens per second of draft strategies."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from benchmarks import token_projection
-from benchmarks.token_projection import Costs, Sample
+from gammatune_tools.bench import token_projection
+from gammatune_tools.bench.token_projection import Costs, Sample
 from gammatune_tools.bench.traces import Verification
 
 

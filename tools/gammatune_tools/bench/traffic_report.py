@@ -1,4 +1,4 @@
-"""The summary of a served traffic run (``benchmarks.traffic``): per choice
+"""The summary of a served traffic run (``benchmarks.run_traffic``): per choice
 (a server configuration), per phase and over the whole trace, the client's
 numbers, the counts, the plugin's decisions, and interleaved ratios with
 95% t-intervals over rounds; as JSON and Markdown.
@@ -263,7 +263,7 @@ def runs_lines(runs: list[dict]) -> list[str]:
 def design_lines(context: dict, trace: list[dict], runs: list[dict] = ()) -> list[str]:
     """Command, date, versions, machine(s), models, and the trace's phases."""
     args = context.get("args", {})
-    lines = [f"- **Command:** `{context.get('command', 'python -m benchmarks.traffic')}`",
+    lines = [f"- **Command:** `{context.get('command', 'python -m benchmarks.run_traffic')}`",
              f"- **Date:** {context.get('date')}; source {context.get('git_commit')}",
              *runs_lines(list(runs)),
              f"- **Versions:** vLLM {context.get('vllm')}, torch {context.get('torch')}, "

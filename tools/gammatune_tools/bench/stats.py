@@ -59,3 +59,4 @@ def paired_difference(method_correct: list[bool], reference_correct: list[bool]
     tail = sum(math.comb(discordant, i) for i in range(min(b, c) + 1)) / 2 ** discordant
     return {"only_method": b, "only_reference": c, "difference": diff,
             "low": diff - half, "high": diff + half, "p": min(1.0, 2 * tail)}
+

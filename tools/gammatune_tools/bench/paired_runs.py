@@ -1,56 +1,8 @@
-"""Interleaved paired benchmark: every method's engine alive at once, batches alternating.
-
-    python -m benchmarks.paired --out benchmarks/runs/paired \\
-        --methods no_spec,gammatune_cost --k 8 --batch-sizes 4,16 --rounds 6 \\
-        --max-tokens 64 --split eval --per-category 2
-    python -m benchmarks.paired --out DIR --summary-only
-
-Why: on this CPU the machine's speed drifts by 10-15% over minutes (fresh
-engines of one configuration differ that much, and two runs minutes apart
-too), so engine-per-run A-B-A series (``benchmarks.diagnostics.aba``) need
-many rounds to say whether a method is within a few percent of its baseline. Here one process
-starts one engine per method (each its own vLLM engine-core process, as
-``LLM`` does) and, for each batch of prompts, runs that batch on every
-engine back to back, rotating which engine goes first. Drift slower than
-one batch (10-40 s at batch 4-16 on the real pair) cancels in the ratio;
-faster noise does not (back-to-back batches at batch 4 differ by several
-percent on a small CPU) and only averages out over rounds.
-
-A round is the whole prompt set at one batch size, every engine. Per round
-and method: tokens/s (its batches' tokens over their wall time); the summary
-gives the ratio to the baseline (first method) per round, their mean and a
-95% t-interval over rounds, beside the hardware-independent counts (target
-passes and draft forwards per generated token, share of engine steps that
-drafted) and, at temperature 0, the share of requests whose tokens equal
-the baseline's (lossless methods: all of them, up to batch-dependent
-floating-point ties).
-
-An A/A run (``--methods no_spec,no_spec#2``: two engines of one method)
-measures what the design itself leaves: differences between engine
-instances, which interleaving does not cancel.
-
-An engine switch might cost the engine that runs next (caches, threads
-waking up). As a precaution each engine generates ``--switch-warmup-tokens``
-(default 4) tokens for a short prompt outside the set (so no measured prompt
-is in its prefix cache), untimed, before its first timed batch after a
-switch; and the report gives each method's mean batch ratio when it ran
-first and when it ran second, which differ only by an order effect.
-
-Only one engine generates at a time; an idle engine's core process waits on
-its input queue. Each engine holds its weights and ``VLLM_CPU_KVCACHE_SPACE``
-GiB (default here 2) of KV cache. Rows go to ``paired.jsonl`` (resumable:
-complete rounds are kept, a round cut short runs again) and the summary to
-``paired.md``.
-
-Per category: ``paired_categories.md`` (and ``.json``) gives the last
-method of ``paired.md``'s order against every other one over each
-category's own batches (every category at batch 1; at a larger size only a
-category no batch mixes with another), and over the groups of
-``--category-groups`` (``repeating=summarization+rag+code_editing``; the
-categories in no group form ``other``), with the same counts
-(``gammatune_tools.bench.paired_categories``). The categories are those of
-the prompt arguments recorded with the run (``context.json``), so
-``--summary-only`` rebuilds it as the run made it.
+"""The offline interleaved paired run behind ``benchmarks.run_paired`` (and
+``benchmarks.idle_overhead``, which reads each engine's counts its own way):
+its options, one engine per method started in one process, the rounds of
+batches on every engine back to back, the resumable rows and the summaries.
+The design and why it is so: ``benchmarks/run_paired.py``.
 """
 
 from __future__ import annotations
@@ -79,8 +31,8 @@ from gammatune_tools.bench.specs import add_common_args, parse_ks
 SWITCH_WARMUP_PROMPT = [[{"role": "user", "content": "Count from one to ten."}]]
 
 
-def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parse_args(description: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=description)
     add_common_args(parser, methods_default="no_spec,gammatune_cost", k_default="8")
     parser.add_argument("--batch-sizes", default="4,16")
     parser.add_argument("--rounds", type=int, default=6)
@@ -118,7 +70,7 @@ def write_pooled(args: argparse.Namespace) -> None:
         try:
             plot_pool(pooled, out / "pooled.png", served=served)
         except ImportError:
-            sys.exit("--plot needs matplotlib: pip install '.[bench]'")
+            sys.exit("--plot needs matplotlib: pip install -e 'tools[plots]'")
         print(out / "pooled.png")
 
 
@@ -145,10 +97,11 @@ def write_summaries(out: Path, methods: list[str], num_prompts: int,
     return written + ([categories] if categories else [])
 
 
-def main(engine_counts: type[EngineCounts] = EngineCounts) -> None:
-    """``engine_counts``: what reads each engine's counts around a batch (its
-    ``read()`` differences become the row's counts)."""
-    args = parse_args()
+def main(description: str, engine_counts: type[EngineCounts] = EngineCounts) -> None:
+    """The command: ``description`` heads its ``--help``; ``engine_counts``:
+    what reads each engine's counts around a batch (its ``read()``
+    differences become the row's counts)."""
+    args = parse_args(description)
     if args.pool:
         write_pooled(args)
         return
@@ -236,6 +189,3 @@ def main(engine_counts: type[EngineCounts] = EngineCounts) -> None:
             stop_llm(llm)
     print(*write_summaries(out, methods, len(conversations), args), sep="\n")
 
-
-if __name__ == "__main__":
-    main()

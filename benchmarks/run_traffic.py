@@ -26,7 +26,7 @@ and the client's logs in ``--logs``. A killed run resumes: traces already
 complete in ``traffic.jsonl`` are skipped (a trace cut short runs again
 whole).
 
-    VLLM_CPU_OMP_THREADS_BIND=0-1 python -m benchmarks.traffic \\
+    VLLM_CPU_OMP_THREADS_BIND=0-1 python -m benchmarks.run_traffic \\
         --out benchmarks/runs/traffic --methods no_spec,vllm_draft_model@3,gammatune_cost@8 \\
         --phases quiet:1:6,busy:8:24:2:0.5,quiet_again:1:6 --rounds 4 --trace
 """
@@ -153,7 +153,7 @@ def run_rounds(args, choices, spec_of, phases, datasets, target, draft, out, bas
     os.environ.update({k: env[k] for k in ("VLLM_CPU_OMP_THREADS_BIND",
                                            "VLLM_CPU_KVCACHE_SPACE")})
     context = run_context(args, target, draft)
-    context["command"] = "python -m benchmarks.traffic " + shlex.join(sys.argv[1:])
+    context["command"] = "python -m benchmarks.run_traffic " + shlex.join(sys.argv[1:])
     write_context(out, context)
     rows_file = out / ROWS_FILE
     done = set(complete_traces(read_jsonl(rows_file), len(phases)))

@@ -1,4 +1,4 @@
-"""The harness's plots (matplotlib, the ``bench`` extra; drawn off-screen)."""
+"""The harness's plots (matplotlib, the tools' ``plots`` extra; drawn off-screen)."""
 
 from __future__ import annotations
 

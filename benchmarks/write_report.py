@@ -1,6 +1,6 @@
 """Markdown report and plot from a run_bench results directory.
 
-    python -m benchmarks.report benchmarks/results/headline [--serve DIR] [--trace FILE]
+    python -m benchmarks.write_report benchmarks/results/headline [--serve DIR] [--trace FILE]
 
 Reads ``cells.jsonl`` (``benchmarks.run_bench``) and/or ``serve_cells.jsonl``
 (``benchmarks.serve_bench``; from ``--serve DIR`` or the same directory) and
@@ -61,7 +61,7 @@ def main() -> None:
             plot_trace(steps, f"{trace_file.stem}: request {req_id}",
                        directory / "draft_trace.png")
     except ImportError:
-        print("matplotlib not installed: no plots (pip install '.[bench]')")
+        print("matplotlib not installed: no plots (pip install -e 'tools[plots]')")
     print(directory / "report.md")
 
 

@@ -96,7 +96,7 @@ def pool_directories(directories: list[Path]) -> tuple[list[dict], bool]:
 
 
 def read_run(directory: Path) -> tuple[str, str, list[dict]]:
-    """A finished (or partial) ``benchmarks.paired`` run from its ``context.json``
+    """A finished (or partial) ``benchmarks.run_paired`` run from its ``context.json``
     and rows, or a ``benchmarks.serve_bench --rounds`` run (its ``serve_cells.jsonl``: one
     observation per round and concurrency, the concurrency in the batch
     column)."""

@@ -15,8 +15,9 @@ from gammatune_tools.bench.records import append_row, read_jsonl
 #: every run that added cells to a folder, one row each (a resumed run adds one)
 CONTEXTS_FILE = "contexts.jsonl"
 
-#: the checkout the harness runs from (its revision goes into every context)
-REPO = Path(__file__).resolve().parents[2]
+#: the checkout the harness runs from (its revision goes into every context);
+#: this file is tools/gammatune_tools/bench/context.py in it
+REPO = Path(__file__).resolve().parents[3]
 
 
 def cpu_model() -> str:

@@ -1,7 +1,7 @@
 """The benchmark harness as a library: measuring speculative methods in vLLM
 engines and servers, with hardware-independent counts beside every time.
-The commands that use it are ``python -m benchmarks.X``; nothing here has a
-command line.
+The commands that use it are ``python -m benchmarks.X``; nothing here runs
+as a command.
 
 - ``methods``: the methods the harness runs and their speculative configs;
 - ``specs``: the options engine commands share, draft lengths, cell plans;
@@ -15,7 +15,9 @@ command line.
 - ``report``: the tables of an offline (and served) results folder;
 - ``plots``: the plots (matplotlib);
 - ``traces``: reading ``VLLM_GAMMATUNE_TRACE`` files;
+- ``token_projection``: tokens per second of draft strategies projected from a trace;
 - ``paired``: interleaved paired runs: order, complete rounds, summary;
+- ``paired_runs``: the offline paired run itself (its options, engines, rounds);
 - ``pooling``: the rounds of several paired runs as one set;
 - ``serving``: a ``vllm-gammatune serve`` process and vLLM's client;
 - ``serve_runs``: the served cells and the interleaved served schedules;

@@ -10,7 +10,9 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-DATA = Path(__file__).resolve().parents[2] / "benchmarks" / "data"
+from gammatune_tools.bench.context import REPO
+
+DATA = REPO / "benchmarks" / "data"
 SPEC_BENCH = DATA / "spec_bench_question.jsonl"
 GSM8K = DATA / "gsm8k_test.jsonl"
 
@@ -114,3 +116,4 @@ def chat_renderer(target: str):
                                              add_generation_prompt=True, tokenize=False)
 
     return render
+

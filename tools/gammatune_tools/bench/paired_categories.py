@@ -7,7 +7,7 @@ n-gram lookup finds its drafts where the answer repeats the prompt:
 summarization, RAG, code editing), and the whole set's ratio mixes them.
 
 Batches: at batch size B, batch b holds the prompts [b*B, (b+1)*B) of the
-prompt list in ``load_prompts`` order (``benchmarks.paired`` slices the
+prompt list in ``load_prompts`` order (``benchmarks.run_paired`` slices the
 list so; the last batch may be shorter). ``load_prompts`` keeps a
 category's prompts together, so at batch 1 every category has batches of
 its own. A batch's wall time cannot be split between its prompts, so at a
