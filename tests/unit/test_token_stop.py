@@ -261,6 +261,30 @@ def test_a_verification_one_plan_late_is_matched_with_the_draft_it_verifies():
     assert p.token_stop.model.num_labels == 2  # step 3's draft's two tokens
 
 
+def test_a_verification_three_plans_late_still_finds_its_draft():
+    """One more step of lag than the hot path's (async scheduling) needs no
+    change: each request keeps its last few drafts by step."""
+    p = CostAwarePolicy(8, target_cost=CPU_TARGET, draft_cost=CPU_DRAFT)
+    states = {"r": p.new_state()}
+    for _ in range(20):
+        p.observe(states["r"], Verification("r", 0, 4, 4))
+    state = states["r"]
+    p.observe_step(StepObservation(3), states)
+    assert p.plan_batch([state], BatchView(1, 1, draft_limits=(2,))) == [2]
+    p.draft_on([state], 1, [0.9], [True])
+    p.draft_on([state], 2, [0.8], [True])
+    for step in (4, 5):  # two more plans before step 3's verification arrives
+        p.observe_step(StepObservation(step), states)
+        p.plan_batch([state], BatchView(1, 3, draft_limits=(4,)))
+        p.draft_on([state], 1, [0.2], [True])
+    verification = Verification("r", 3, 2, 2)
+    assert StepObservation(6, (verification,)).lag(verification) == 3
+    assert p.verification_details(state, verification)["predicted_acceptance"] == [
+        0.9, 0.8]
+    revision = p.token_stop.revision(state.token_rule, verification.step, 2)
+    assert revision.accepted_tokens == pytest.approx(0.9 + 0.9 * 0.8)
+
+
 def test_without_early_exit_a_ruled_draft_is_planned_at_the_plans_length():
     """A drafter that runs every planned pass pays for the cap if the plan
     asks for it: there a ruled draft gets the step plan's length."""

@@ -347,8 +347,7 @@ def plan_draft_step(policy: DraftLengthPolicy, states: list, planned: list[int],
     if isinstance(policy, TokenRule):
         def token_rule(position, token_probs, active):
             decisions = policy.draft_on(states, position, token_probs, active)
-            return (same_decisions_on_every_rank(decisions, device) if early_exit
-                    else decisions)
+            return same_decisions_on_every_rank(decisions) if early_exit else decisions
     verified_per_token = isinstance(policy, RelaxedVerifier)
     return DraftStep(planned, device, thresholds, stop_on=measure or STOP_ON_CONFIDENCE,
                      keep_entropies=verified_per_token,

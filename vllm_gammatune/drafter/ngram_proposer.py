@@ -158,7 +158,7 @@ class AdaptiveNgramProposer(NgramProposer, PluginDrafter):
         planned = [min(k, num_speculative_tokens, len(offer))
                    for k, offer in zip(self.policy.plan_batch(states, batch), offers)]
         if plans_from_costs := isinstance(self.policy, CostObserver):
-            planned = same_plan_on_every_rank(planned, runner.device)
+            planned = same_plan_on_every_rank(planned)
         self._drafted_at, self._step_index = self._step_index, self._step_index + 1
         if trace.writer() is not None and isinstance(self.policy, ExplainsSteps):
             decision = self.policy.last_decision

@@ -261,7 +261,7 @@ class AdaptiveDraftModelProposer(DraftModelProposer, PluginDrafter):
         states = [self.records.policy_state(r) for r in req_ids]
         planned = [min(num_speculative_tokens, k) for k in policy.plan_batch(states, batch)]
         if isinstance(policy, CostObserver):
-            planned = same_plan_on_every_rank(planned, self.device)
+            planned = same_plan_on_every_rank(planned)
         self._inbox.planned()
         tracing = trace.writer() is not None
         if tracing and isinstance(policy, ExplainsSteps):  # VLLM_GAMMATUNE_TRACE only

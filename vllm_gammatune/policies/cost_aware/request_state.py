@@ -10,6 +10,11 @@ from dataclasses import dataclass, field
 
 from vllm_gammatune.policies.cost_aware.token_draft import TokenDraft
 
+#: drafts a request keeps for the verifications still to come: a draft is
+#: verified before the next plan on the host path and before the plan after
+#: next on the CUDA hot path; a further step of lag (async scheduling) fits
+_DRAFTS_KEPT = 4
+
 
 @dataclass(slots=True)
 class SourceCounts:
@@ -41,17 +46,26 @@ class TokenRuleRecord:
 
     #: the request's own offset in the token-acceptance model
     bias: float = 0.0
-    #: the draft of the last plan
-    draft: TokenDraft = field(default_factory=TokenDraft)
-    #: the draft of the plan before it (verified where verifications arrive
-    #: after the next plan: the CUDA hot path)
-    previous_draft: TokenDraft = field(default_factory=TokenDraft)
+    #: the drafts of the last plans, oldest first, each with its plan's step
+    drafts: list[TokenDraft] = field(default_factory=lambda: [TokenDraft()])
+
+    @property
+    def draft(self) -> TokenDraft:
+        """The draft of the last plan."""
+        return self.drafts[-1]
+
+    def start_draft(self, draft: TokenDraft) -> None:
+        """A plan starts the request's next draft."""
+        self.drafts.append(draft)
+        del self.drafts[:-_DRAFTS_KEPT]
 
     def draft_of(self, step: int) -> TokenDraft:
-        """The draft the plan of ``step`` made (the last one if neither
-        kept draft is of that step)."""
-        return self.previous_draft if self.previous_draft.step == step != self.draft.step \
-            else self.draft
+        """The draft the plan of ``step`` made (the last one if no kept
+        draft is of that step)."""
+        for draft in reversed(self.drafts):
+            if draft.step == step:
+                return draft
+        return self.drafts[-1]
 
 
 @dataclass(slots=True)

@@ -4,9 +4,9 @@ A request's ``TokenDraft`` is made when a plan starts its draft
 (``TokenStop.begin_draft``), filled token by token while it is drafted
 (``TokenStop.draft_on``), and read when its verification arrives
 (``TokenStop.revision`` and ``learn``). A drafter whose verifications
-arrive after the next plan (the CUDA hot path) verifies the previous draft
-while the current one is being drafted, so a request keeps both, each with
-the step of its plan (``request_state.TokenRuleRecord``).
+arrive after the next plan (the CUDA hot path) verifies an earlier draft
+while the current one is being drafted, so a request keeps its last few,
+each with the step of its plan (``request_state.TokenRuleRecord``).
 """
 
 from __future__ import annotations

@@ -140,8 +140,7 @@ class TokenStop:
                 draft.prices = prices
                 draft.planned_length = lengths[i]
                 draft.planned_tokens = expected_tokens(rates[i], lengths[i])
-            record = state.token_rule
-            record.previous_draft, record.draft = record.draft, draft
+            state.token_rule.start_draft(draft)
 
     def draft_on(self, states: list[CostAwareState], position: int,
                  token_probs: Sequence[float], active: Sequence[bool]) -> list[int | None]:
