@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 from host_reads import count_host_reads, model_runner
-from llm_helpers import PROMPTS, drafter, running_llm
+from llm_helpers import PROMPTS, drafter, metrics_by_name, running_llm
 from record_behaviour import CONFIGS
 
 MAX_TOKENS = 32
@@ -62,3 +62,36 @@ def test_the_host_path_reads_after_each_pass_and_exits_early(tiny, reference, mo
     assert tokens == reference
     assert log.max_reads_in_a_step() > 1
     assert log.reads_before_first_pass()  # the last verification, before planning
+
+
+@pytest.mark.parametrize("name", ["gammatune", "gammatune_cost"])
+def test_the_hot_path_hands_vllm_k_drafts_and_keeps_each_plans_verification(
+        tiny, reference, name, monkeypatch):
+    """The shape vLLM's CUDA graphs replay (``drafter/uniform_shape.py``): on
+    the hot path every drafted step hands the scheduler K draft tokens per
+    request, whatever each plan drafted; the rejection sampler keeps each
+    request's planned verification alone, so the output is the target's and
+    the accepted tokens never exceed what the plans drafted."""
+    monkeypatch.setenv("VLLM_GAMMATUNE_CUDA_HOT_PATH", "1")
+    spec = _spec(tiny, name)
+    with running_llm(tiny["target"], spec) as llm:
+        plugin_drafter = drafter(llm)
+        handed = []
+        propose = plugin_drafter.propose
+
+        def recording(num_speculative_tokens, *args, **kwargs):
+            drafts = propose(num_speculative_tokens, *args, **kwargs)
+            if isinstance(drafts, list) and any(drafts):
+                handed.append((num_speculative_tokens, [len(d) for d in drafts]))
+            return drafts
+
+        plugin_drafter.propose = recording
+        tokens = _greedy(llm)
+        metrics = metrics_by_name(llm)
+    assert tokens == reference
+    assert handed, "some steps should draft"
+    assert all(lengths == [k] * len(lengths) for k, lengths in handed), handed
+    vllm_drafted = metrics["vllm:spec_decode_num_draft_tokens"].value
+    accepted = metrics["vllm:spec_decode_num_accepted_tokens"].value
+    planned = metrics["vllm:gammatune_draft_length"].sum  # the tokens the plans drafted
+    assert 0 < accepted <= planned < vllm_drafted

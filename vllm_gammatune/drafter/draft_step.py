@@ -281,6 +281,12 @@ class DraftStep:
         self._ensure_read()
         return [row[:n] for row, n in zip(self._token_rows, self._host_lengths)]
 
+    def loop_tokens(self) -> list[list[int]]:
+        """Per request, every token the draft loop produced (its draft
+        continued past its length where the loop ran on)."""
+        self._ensure_read()
+        return self._token_rows
+
     def draft_probs(self) -> torch.Tensor | None:
         """[num_reqs, draft passes run, vocab] vLLM's draft probabilities
         (read by its rejection sampler), or None without them."""

@@ -38,6 +38,7 @@ device (``hot_path``; one read of the device a step, ``docs/cuda.md``).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import numpy as np
@@ -160,6 +161,30 @@ class NgramFront:
         self._free = {r: k for r, k in zip(req_ids, lengths) if k}
         self._unverified = {r: o for r, o, k in zip(req_ids, offers, lengths) if o and not k}
         return lengths
+
+    def look_up(self, runner, req_ids: Sequence[str], num_speculative_tokens: int,
+                accepted: Sequence[int] | None, next_token_ids,
+                step: int) -> tuple[list[list[int]], list[Verification]]:
+        """``offers`` for the runner's step: ``accepted`` ([num_reqs] draft
+        tokens each accepted this step; None: none), ``next_token_ids``
+        ([num_reqs] on the device: the token each just sampled; this step's
+        read of it), ``step``: the plan of the last offers."""
+        num_reqs = len(req_ids)
+        discarded = runner.discard_request_mask.np[:num_reqs].tolist()
+        return self.offers(runner, req_ids, num_speculative_tokens,
+                           accepted or [0] * num_reqs, next_token_ids[:num_reqs].tolist(),
+                           discarded, step)
+
+    def choose_for_step(self, req_ids: Sequence[str], offers: Sequence[list[int]], batch,
+                        num_speculative_tokens: int):
+        """The free lengths the policy chooses, and the batch the draft
+        model's plan then sees (a limit of 0 where a free draft is
+        verified): ((offers, [num_reqs] free lengths), that batch)."""
+        lengths = self.choose(req_ids, offers, batch)
+        batch = dataclasses.replace(
+            batch, draft_limits=tuple(0 if k else num_speculative_tokens for k in lengths),
+            free_draft_tokens=tuple(lengths))
+        return (offers, lengths), batch
 
     @staticmethod
     def merge(drafts: list[list[int]], offers: Sequence[list[int]],

@@ -31,7 +31,6 @@ scheduling (docs/cuda.md), a draft sharing the target's vocabulary.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import time
 from collections.abc import Collection
@@ -54,6 +53,7 @@ from vllm_gammatune.drafter.request_records import RequestRecords
 from vllm_gammatune.drafter.step_metrics import attach_step_metrics
 from vllm_gammatune.drafter.step_timing import StepTimer
 from vllm_gammatune.drafter.tp_agreement import same_plan_on_every_rank
+from vllm_gammatune.drafter.uniform_shape import UniformShape
 from vllm_gammatune.drafter.verification_inbox import VerificationInbox
 from vllm_gammatune.methods import settings_from_additional_config
 from vllm_gammatune.methods.drafters import DRAFTER_NGRAM_THEN_MODEL
@@ -111,6 +111,10 @@ class AdaptiveDraftModelProposer(DraftModelProposer, PluginDrafter):
             self.hot_path, self.adasd_verifier, self._front,
             functools.partial(trace_verifications, policy, self.records))
         self._catch_up = DraftCatchUp(self.draft_kv_holes) if plans_from_costs else None
+        #: the hot path pads each draft to the step's K (``uniform_shape``);
+        #: AdaSD verifies its own lengths token by token
+        self._uniform = (UniformShape() if self.hot_path and self.adasd_verifier is None
+                         else None)
         self._timer = StepTimer(self.device) if plans_from_costs else None
         #: seconds in the plugin's own code (``vllm:gammatune_plugin_time_us``)
         self.policy_seconds = 0.0
@@ -121,6 +125,11 @@ class AdaptiveDraftModelProposer(DraftModelProposer, PluginDrafter):
     @property
     def counters(self) -> StepCounters | None:
         return None if self._metrics is None else self._metrics.counters
+
+    def planned_draft_lengths(self, req_ids: list[str],
+                              num_draft_tokens: list[int]) -> list[int] | None:
+        return None if self._uniform is None else self._uniform.planned_lengths(
+            req_ids, num_draft_tokens)
 
     def forget_finished(self, live_req_ids: Collection[str]) -> None:
         """Drop the records of requests that are not live, and report how
@@ -173,16 +182,17 @@ class AdaptiveDraftModelProposer(DraftModelProposer, PluginDrafter):
                                               common_attn_metadata)
         offers = None
         if self._front is not None:
-            offers, scored = self._look_up(req_ids, num_speculative_tokens, accepted,
-                                           next_token_ids)
+            offers, scored = self._front.look_up(runner, req_ids, num_speculative_tokens,
+                                                 accepted, next_token_ids,
+                                                 self._inbox.drafted_at)
             verifications += scored
         deliver(self.policy, self.records, self._inbox.step_index, verifications,
                 NO_TIMINGS if self._timer is None else self._timer.take())
         # 2. plan
         free = None
         if offers is not None:
-            free, batch = self._choose_free_drafts(req_ids, offers, batch,
-                                                   num_speculative_tokens)
+            free, batch = self._front.choose_for_step(req_ids, offers, batch,
+                                                      num_speculative_tokens)
         step = self._plan(req_ids, batch, num_speculative_tokens)
         self.policy_seconds += time.perf_counter() - start
         if step.num_passes == 0:
@@ -198,6 +208,11 @@ class AdaptiveDraftModelProposer(DraftModelProposer, PluginDrafter):
                     vllm_inputs=vllm_inputs)
         drafts = self._cut_and_keep(req_ids, step, unread, free)
         self._record_step(drafts, step, num_catch_up_tokens=num_caught_up)
+        if self._uniform is None:
+            return drafts
+        # the shape vLLM's CUDA graphs replay (``uniform_shape``)
+        drafts, self._last_draft_probs = self._uniform.pad(
+            req_ids, drafts, step.loop_tokens(), num_speculative_tokens, self._last_draft_probs)
         return drafts
 
     # -- 1. observe ---------------------------------------------------------------
@@ -205,36 +220,15 @@ class AdaptiveDraftModelProposer(DraftModelProposer, PluginDrafter):
         self, common_attn_metadata, spec_decode_metadata, valid_sampled_tokens_count
     ):
         # valid_sampled_tokens_count: [num_reqs] accepted drafts + 1 (0 if discarded)
-        self._inbox.hand_over(list(spec_decode_metadata.num_draft_tokens),
-                              valid_sampled_tokens_count)
+        num_draft_tokens = list(spec_decode_metadata.num_draft_tokens)
+        planned = (None if self._uniform is None else self._uniform.planned_lengths(
+            self._runner.input_batch.req_ids, num_draft_tokens))
+        self._inbox.hand_over(planned or num_draft_tokens, valid_sampled_tokens_count)
         return super().prepare_inputs_padded(
             common_attn_metadata, spec_decode_metadata, valid_sampled_tokens_count
         )
 
     # -- 2. plan ------------------------------------------------------------------
-    def _look_up(self, req_ids: list[str], num_speculative_tokens: int,
-                 accepted: list[int] | None, next_token_ids):
-        """The n-gram front's offers (``ngram_front``), and what the offers
-        the last step left unverified would have earned. ``accepted``:
-        [num_reqs] draft tokens each accepted this step (None: none)."""
-        num_reqs = len(req_ids)
-        discarded = self._runner.discard_request_mask.np[:num_reqs].tolist()
-        return self._front.offers(self._runner, req_ids, num_speculative_tokens,
-                                  accepted or [0] * num_reqs,
-                                  next_token_ids[:num_reqs].tolist(), discarded,
-                                  self._inbox.drafted_at)
-
-    def _choose_free_drafts(self, req_ids: list[str], offers, batch: BatchView,
-                            num_speculative_tokens: int):
-        """The free lengths the policy chooses, and the batch the draft
-        model's plan then sees (a limit of 0 where a free draft is
-        verified). Returns ((offers, [num_reqs] free lengths), that batch)."""
-        lengths = self._front.choose(req_ids, offers, batch)
-        batch = dataclasses.replace(
-            batch, draft_limits=tuple(0 if k else num_speculative_tokens for k in lengths),
-            free_draft_tokens=tuple(lengths))
-        return (offers, lengths), batch
-
     def _batch_view(self, req_ids: list[str], num_speculative_tokens: int,
                     cad: CommonAttentionMetadata):
         """What the policy may know of this step (``BatchView``); the step's
@@ -283,6 +277,8 @@ class AdaptiveDraftModelProposer(DraftModelProposer, PluginDrafter):
             self._inbox.read(req_ids, unread,
                              read_on_host(unread.valid_counts[:len(req_ids)]), [])
         self._catch_up.on_skipped()
+        if self._uniform is not None:
+            self._uniform.clear()
         # vLLM's rejection sampler takes drafts without probabilities as
         # proposed with certainty, as a lookup's are
         self._last_draft_probs = None

@@ -25,25 +25,33 @@ from __future__ import annotations
 import contextvars
 from dataclasses import dataclass
 
+import torch
+
+from vllm.utils.torch_utils import async_tensor_h2d
 from vllm_gammatune.drafter.contract import plugin_drafter
+from vllm_gammatune.drafter.uniform_shape import keep_planned
 from vllm_gammatune.verify.adasd_verifier import AdaSDVerifier
 
 
 @dataclass(frozen=True)
 class StepVerification:
-    """The verifier of the step being sampled and the step's req_ids (batch
-    order); for a verifier on the device, which request samples greedily."""
+    """What the rejection sampler of the step being sampled needs of the
+    plugin: AdaSD's verifier and the step's req_ids (batch order), or the
+    planned draft lengths whose verification it keeps."""
 
-    verifier: AdaSDVerifier
+    verifier: AdaSDVerifier | None
     req_ids: list[str]
     #: per request, from the input batch's host copy of the temperatures
     #: (vLLM stores 0 for a greedy request); None for the host verifier,
     #: which reads the temperatures itself
     greedy: list[bool] | None = None
+    #: [num_reqs] on the device: the draft tokens each request's plan
+    #: drafted, where its draft was padded to the step's K (``uniform_shape``)
+    planned_lengths: torch.Tensor | None = None
 
 
 #: Set by ``sample_step`` while vLLM's ``_sample`` runs a step of a drafter
-#: with AdaSD's verification; read by ``rejection_sample_step``.
+#: with AdaSD's verification or padded drafts; read by ``rejection_sample_step``.
 STEP_BEING_VERIFIED: contextvars.ContextVar[StepVerification | None] = (
     contextvars.ContextVar("vllm_gammatune_step_being_verified", default=None))
 
@@ -66,6 +74,9 @@ def sample_step(original_sample, runner, logits, spec_decode_metadata):
     - AdaSD: the step's req_ids are handed to its verification
       (``STEP_BEING_VERIFIED``), and, for a verification on the device,
       which requests sample greedily (host data: it reads no tensor).
+    - Drafts padded to the step's K (the CUDA hot path): each request's
+      planned length, copied to the device without waiting, so that the
+      rejection sampler keeps its verification alone (``uniform_shape``).
     """
     drafter = plugin_drafter(runner)
     if drafter is None:
@@ -75,14 +86,21 @@ def sample_step(original_sample, runner, logits, spec_decode_metadata):
             return original_sample(runner, logits, None)
         # host data (a list); the drafter learns from it next step
         drafter.note_sampling(list(spec_decode_metadata.num_draft_tokens))
-    verifier = drafter.adasd_verifier
-    if verifier is None:
-        return original_sample(runner, logits, spec_decode_metadata)
     req_ids = list(runner.input_batch.req_ids)
+    verifier = drafter.adasd_verifier
+    planned = None
+    if verifier is None and spec_decode_metadata is not None:
+        lengths = drafter.planned_draft_lengths(req_ids,
+                                                list(spec_decode_metadata.num_draft_tokens))
+        if lengths is not None:
+            # [num_reqs]; host data, copied without waiting for the device
+            planned = async_tensor_h2d(lengths, dtype=torch.int64, device=logits.device)
+    if verifier is None and planned is None:
+        return original_sample(runner, logits, spec_decode_metadata)
     greedy = None
-    if verifier.on_device:
+    if verifier is not None and verifier.on_device:
         greedy = (runner.input_batch.temperature_cpu[:len(req_ids)] <= 0).tolist()
-    token = STEP_BEING_VERIFIED.set(StepVerification(verifier, req_ids, greedy))
+    token = STEP_BEING_VERIFIED.set(StepVerification(verifier, req_ids, greedy, planned))
     try:
         return original_sample(runner, logits, spec_decode_metadata)
     finally:
@@ -95,5 +113,7 @@ def rejection_sample_step(original, *args, **kwargs):
     step = STEP_BEING_VERIFIED.get()
     if step is None:
         return original(*args, **kwargs)
+    if step.verifier is None:  # padded drafts: each request's planned length kept
+        return keep_planned(original(*args, **kwargs), step.planned_lengths)
     return step.verifier.rejection_sample(step.req_ids, original, *args, greedy=step.greedy,
                                           **kwargs)

@@ -1,0 +1,96 @@
+"""Steps in the shape vLLM's CUDA graphs replay: every request verifies K drafts.
+
+On CUDA, vLLM's V1 runner replays a FULL CUDA graph for a decode step only
+when every request's query is exactly ``1 + num_speculative_tokens``
+(``CudagraphDispatcher.uniform_decode_query_len``); any other decode step
+runs PIECEWISE, its attention launched layer by layer from the host. A
+per-request draft length makes every query a different length. So on the
+CUDA hot path each request's draft is padded to the step's K (``pad``):
+with the draft's own tokens where its loop ran, then with its last token,
+each padded position proposed with certainty (a one-hot row where vLLM's
+rejection sampler reads draft probabilities). After vLLM's rejection
+sampling, each request's output is cut after its own length
+(``keep_planned``): the accepted prefix of its planned draft, then the
+token verification emitted at the first position past it.
+
+Lossless: the target's logits at a position depend on the tokens before it
+alone, which padding leaves as they were. Greedy, the token kept after a
+request's draft is the target's argmax there, the bonus token of the
+unpadded step. Sampled, a padded token proposed with certainty is accepted
+with the target's probability of it and otherwise replaced by a sample of
+the target's distribution without it, so the kept token is distributed as
+the target's, as the bonus token is.
+
+A step where no request drafts keeps queries of one token: vLLM fixes
+``uniform_decode_query_len`` at ``1 + num_speculative_tokens`` when the
+engine starts, so no K-free step can replay a FULL graph (``docs/cuda.md``,
+"Step shapes"). AdaSD verifies its own drafts token by token and keeps its
+own lengths.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from vllm_gammatune.verify.device_verification import PLACEHOLDER_TOKEN_ID
+
+
+class UniformShape:
+    """The planned draft lengths of the step being verified, by ``req_id``."""
+
+    def __init__(self):
+        #: req_id -> draft tokens its plan drafted, for the verification of
+        #: the padded drafts this drafter handed over last
+        self._lengths: dict[str, int] = {}
+
+    def pad(self, req_ids: Sequence[str], drafts: list[list[int]],
+            token_rows: list[list[int]], num_speculative_tokens: int,
+            draft_probs: torch.Tensor | None) -> tuple[list[list[int]], torch.Tensor | None]:
+        """Each draft padded to ``num_speculative_tokens`` (``token_rows``:
+        [num_reqs] every token the draft loop produced for the request), and
+        vLLM's draft probabilities ([num_reqs, draft passes run, vocab]) widened
+        to match with a one-hot row per padded token past the loop's passes."""
+        self._lengths = {r: len(d) for r, d in zip(req_ids, drafts)}
+        k = num_speculative_tokens
+        padded = []
+        for draft, row in zip(drafts, token_rows):
+            row = (row or draft)[:k]
+            filler = row[-1] if row else 0
+            padded.append(row + [filler] * (k - len(row)))
+        if draft_probs is None:
+            return padded, None
+        num_reqs, passes, vocab = draft_probs.shape
+        if passes >= k:
+            return padded, draft_probs[:, :k].contiguous()
+        wider = draft_probs.new_zeros((num_reqs, k, vocab))
+        wider[:, :passes] = draft_probs
+        # [num_reqs, k - passes] the filler tokens: proposed with certainty
+        fillers = torch.tensor([row[passes:] for row in padded], dtype=torch.long,
+                               device=draft_probs.device)
+        wider[:, passes:].scatter_(-1, fillers.unsqueeze(-1), 1.0)
+        return padded, wider
+
+    def clear(self) -> None:
+        """The drafts handed over were not padded (a skipped step)."""
+        self._lengths = {}
+
+    def planned_lengths(self, req_ids: Sequence[str],
+                        num_draft_tokens: Sequence[int]) -> list[int] | None:
+        """[num_reqs] of the step being verified (input batch order): the
+        draft tokens each request's plan drafted, at most those vLLM
+        scheduled (``num_draft_tokens``); None where nothing was padded."""
+        if not self._lengths:
+            return None
+        return [min(self._lengths.get(r, n), n) for r, n in zip(req_ids, num_draft_tokens)]
+
+
+def keep_planned(output: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """vLLM's rejection-sampling ``output`` ([num_reqs, max_spec_len + 1],
+    emitted tokens then ``PLACEHOLDER_TOKEN_ID``) cut after each request's
+    planned length (``lengths``: [num_reqs], on the device): at most that
+    many accepted drafts, then the token emitted at the next position."""
+    positions = torch.arange(output.shape[1], device=output.device)
+    return output.masked_fill(positions.unsqueeze(0) > lengths.unsqueeze(1),
+                              PLACEHOLDER_TOKEN_ID)
