@@ -1,5 +1,7 @@
-"""vLLM's sampling step for the plugin's drafters, and the hand-off of the
-step's req_ids to AdaSD's verification.
+"""vLLM's sampling step for the plugin's drafters, and the hand-off to the
+rejection sampler of what it needs of the step: the req_ids, for AdaSD's
+verification, or each request's planned draft length, for drafts padded to
+the shape vLLM's CUDA graphs replay (``drafter.uniform_shape``).
 
 Two patches meet here (``patches.gpu_model_runner`` installs ``sample_step``
 on ``GPUModelRunner._sample``; ``patches.rejection_sampler`` installs
@@ -9,7 +11,7 @@ the first (``_sample`` -> ``RejectionSampler.forward`` -> ``rejection_sample``)
 with tensors and the ``SamplingMetadata`` only, not the step's req_ids, which
 AdaSD's verification needs to find each request's kept draft and state.
 
-How the req_ids cross: ``STEP_BEING_VERIFIED``, a context variable that
+How they cross: ``STEP_BEING_VERIFIED``, a context variable that
 ``sample_step`` sets for the duration of vLLM's ``_sample`` and that
 ``rejection_sample_step`` reads. It is the only channel that needs no vLLM
 code copied and touches no vLLM object: the one object that reaches both
