@@ -72,6 +72,27 @@ def test_sampled_distribution_matches_target(tiny, target_samples, method, extra
         assert p > ALPHA, f"position {position}: p={p:.2e}"
 
 
+@pytest.mark.parametrize("method,extra", [
+    ("gammatune", {"gamma_init": 2}),
+    # vLLM reads the draft's distributions: the padded positions get one-hot rows
+    ("gammatune_plus", {"gamma_init": 2, "confidence_threshold": 0.5,
+                        "draft_sample_method": "probabilistic"}),
+])
+def test_padded_drafts_of_the_cuda_path_keep_the_targets_distribution(
+        tiny, target_samples, method, extra, monkeypatch):
+    """The CUDA hot path pads each draft to K and keeps each request's
+    planned verification (``drafter/uniform_shape.py``): the token kept past
+    a plan comes from rejecting a padded token proposed with certainty, not
+    from vLLM's bonus sampler, and must be distributed as the target's."""
+    monkeypatch.setenv("VLLM_GAMMATUNE_CUDA_HOT_PATH", "1")
+    spec = {"method": method, "model": tiny["draft"], "num_speculative_tokens": 4,
+            **extra}
+    spec_samples = sample(tiny["target"], spec)
+    for position in range(1, NEW_TOKENS):
+        p = homogeneity_pvalue(target_samples, spec_samples, position)
+        assert p > ALPHA, f"position {position}: p={p:.2e}"
+
+
 def test_chi_square_detects_a_different_distribution(tiny, target_samples):
     draft_samples = sample(tiny["draft"])
     pvalues = [homogeneity_pvalue(target_samples, draft_samples, k) for k in range(1, NEW_TOKENS)]
