@@ -68,6 +68,16 @@ def predicted_step(costs: StepCosts, rates: Sequence[float], plan: Sequence[int]
     return tokens, seconds
 
 
+def draft_gain(decode_costs: StepCosts, rates: Sequence[float], plan: Sequence[int],
+               catch_up_tokens: Sequence[int], drafting_scale: float) -> float:
+    """``g``: the seconds the plan's expected tokens save at the rate of not
+    drafting, net of its draft passes, after the clock's correction."""
+    tokens, seconds = predicted_step(decode_costs, rates, plan, catch_up_tokens)
+    base_tokens, base_seconds = predicted_step(decode_costs, rates, [0] * len(plan),
+                                               catch_up_tokens)
+    return tokens * base_seconds / base_tokens - seconds / drafting_scale
+
+
 def best_plan(costs: StepCosts, rates: Sequence[float], catch_up_tokens: Sequence[int] = (),
               remaining_tokens: Sequence[int] = (), draft_limits: Sequence[int] = (), *,
               max_num_draft_tokens: int, drafting_scale: float,

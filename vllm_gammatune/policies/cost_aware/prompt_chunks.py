@@ -10,7 +10,7 @@ prefill becomes the request's catch-up, paid only if the request ever
 drafts. So such a step plans as a decode step would (the first pass over
 one token per request), and drafts only if that plan's gain ``g`` (the
 seconds its expected tokens save at the rate of not drafting, net of its
-draft passes, after the clock's correction: ``draft_gain``) beats the
+draft passes, after the clock's correction: ``planner.draft_gain``) beats the
 chunk's draft prefill ``C`` (the catch-up fit's per-token cost times the
 chunk's tokens) weighed by the chance ``p`` that the request drafts later
 anyway:
@@ -42,23 +42,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from vllm_gammatune.policies.cost_aware.batch_shares import BatchShares
-from vllm_gammatune.policies.cost_aware.planner import predicted_step
-from vllm_gammatune.policies.cost_aware.step_costs import StepCosts
 
 #: weight kept by the share of decode steps after a prompt chunk that drafted
 _AFTER_PROMPT_MEMORY = 0.75
 #: below this share no prompt chunk drafts, however short (module docstring)
 _MIN_DRAFTS_AFTER_PROMPT = 0.5
-
-
-def draft_gain(decode_costs: StepCosts, rates: Sequence[float], plan: Sequence[int],
-               catch_up_tokens: Sequence[int], drafting_scale: float) -> float:
-    """``g``: the seconds the plan's expected tokens save at the rate of not
-    drafting, net of its draft passes, after the clock's correction."""
-    tokens, seconds = predicted_step(decode_costs, rates, plan, catch_up_tokens)
-    base_tokens, base_seconds = predicted_step(decode_costs, rates, [0] * len(plan),
-                                               catch_up_tokens)
-    return tokens * base_seconds / base_tokens - seconds / drafting_scale
 
 
 class PromptChunks:

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from vllm_gammatune.policies.base import BatchView
 from vllm_gammatune.policies.cost_aware.acceptance_rates import MAX_RATE
 from vllm_gammatune.policies.cost_aware.catch_ups import CatchUpShares
-from vllm_gammatune.policies.cost_aware.planner import best_plan, probe_ceiling
+from vllm_gammatune.policies.cost_aware.planner import best_plan, draft_gain, probe_ceiling
 from vllm_gammatune.policies.cost_aware.probe_scheduler import ProbeScheduler
-from vllm_gammatune.policies.cost_aware.prompt_chunks import PromptChunks, draft_gain
+from vllm_gammatune.policies.cost_aware.prompt_chunks import PromptChunks
 from vllm_gammatune.policies.cost_aware.request_state import ProbeRecord
 from vllm_gammatune.policies.cost_aware.step_costs import CostFits, StepCosts
 
