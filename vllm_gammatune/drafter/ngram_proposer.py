@@ -46,6 +46,7 @@ from vllm.v1.spec_decode.ngram_proposer import NgramProposer
 from vllm_gammatune.draft_kv.catch_up import step_positions
 from vllm_gammatune.drafter.contract import PluginDrafter
 from vllm_gammatune.drafter.observations import (
+    PlanSteps,
     count_verifications,
     deliver,
     trace_verifications,
@@ -76,7 +77,8 @@ class AdaptiveNgramProposer(NgramProposer, PluginDrafter):
         assert settings is not None, "AdaptiveNgramProposer without settings"
         self.settings = settings
         self.policy = settings.make_policy()
-        plans_from_costs = isinstance(self.policy, CostObserver)
+        #: a policy that plans from measured costs: the timer, and rank 0's plan
+        self._plans_from_costs = plans_from_costs = isinstance(self.policy, CostObserver)
         if plans_from_costs:
             self.policy.adapt_to_drafter(DrafterTraits(keeps_draft_kv=False))
         self.records = RequestRecords(self.policy, also_forget=(trace.forget_missing,))
@@ -86,9 +88,7 @@ class AdaptiveNgramProposer(NgramProposer, PluginDrafter):
         self._timer = StepTimer(torch.device("cpu")) if plans_from_costs else None
         #: [num_reqs] the draft tokens verified in the step being sampled
         self._verified: list[int] | None = None
-        #: the step the next plan is of, and the one the last plan was of
-        #: (``Verification.step``)
-        self._step_index = self._drafted_at = 0
+        self._steps = PlanSteps()
         #: seconds in the plugin's own code (``vllm:gammatune_plugin_time_us``)
         self.policy_seconds = 0.0
         logger.info("vllm-gammatune: n-gram drafting with method=%s %s", settings.method,
@@ -130,7 +130,7 @@ class AdaptiveNgramProposer(NgramProposer, PluginDrafter):
         verified, self._verified = self._verified, None
         verifications = [] if verified is None else count_verifications(
             req_ids, verified, [len(tokens) for tokens in sampled_token_ids],
-            self._drafted_at)
+            self._steps.drafted_at)
         trace_verifications(self.policy, self.records, verifications)
         positions = step_positions(runner, num_reqs)
         num_scheduled_tokens = sum(e - s for s, e in zip(positions.starts, positions.ends))
@@ -148,7 +148,7 @@ class AdaptiveNgramProposer(NgramProposer, PluginDrafter):
             self._timer.on_pass(num_reqs)
             self._timer.end_passes()
         start = time.perf_counter()
-        deliver(self.policy, self.records, self._step_index, verifications,
+        deliver(self.policy, self.records, self._steps.next, verifications,
                 NO_TIMINGS if self._timer is None else self._timer.take())
         # 3. plan
         batch = BatchView(num_reqs, num_scheduled_tokens=num_scheduled_tokens,
@@ -157,16 +157,16 @@ class AdaptiveNgramProposer(NgramProposer, PluginDrafter):
         states = [self.records.policy_state(r) for r in req_ids]
         planned = [min(k, num_speculative_tokens, len(offer))
                    for k, offer in zip(self.policy.plan_batch(states, batch), offers)]
-        if plans_from_costs := isinstance(self.policy, CostObserver):
+        if self._plans_from_costs:
             planned = same_plan_on_every_rank(planned)
-        self._drafted_at, self._step_index = self._step_index, self._step_index + 1
+        self._steps.planned()
         if trace.writer() is not None and isinstance(self.policy, ExplainsSteps):
             decision = self.policy.last_decision
             if decision is not None:
                 trace.record_step(decision)
         # 4. cut and record
         drafts = [offer[:k] for offer, k in zip(offers, planned)]
-        if plans_from_costs:
+        if self._plans_from_costs:
             self._timer.passes_run(max(planned, default=0))
         self.policy_seconds += time.perf_counter() - start
         if self._metrics is not None:

@@ -33,6 +33,21 @@ def accepted_draft_tokens(num_draft_tokens: int, num_valid: int) -> int:
     return max(0, min(num_draft_tokens, num_valid - 1))
 
 
+class PlanSteps:
+    """The drafter's count of plans, which tags each verification with the
+    plan whose draft it verifies (``Verification.step``)."""
+
+    def __init__(self):
+        #: the step the next plan is of, and the one the last plan was of
+        #: (whose drafts the target verifies next)
+        self.next = 0
+        self.drafted_at = 0
+
+    def planned(self) -> None:
+        """A plan was made: its drafts are the next to be verified."""
+        self.drafted_at, self.next = self.next, self.next + 1
+
+
 def count_verifications(req_ids: Sequence[str], num_draft_tokens: Sequence[int],
                         valid_counts: Sequence[int], step: int) -> list[Verification]:
     """The verifications of one step, of drafts planned at ``step``.

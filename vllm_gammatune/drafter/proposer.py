@@ -184,9 +184,9 @@ class AdaptiveDraftModelProposer(DraftModelProposer, PluginDrafter):
         if self._front is not None:
             offers, scored = self._front.look_up(runner, req_ids, num_speculative_tokens,
                                                  accepted, next_token_ids,
-                                                 self._inbox.drafted_at)
+                                                 self._inbox.steps.drafted_at)
             verifications += scored
-        deliver(self.policy, self.records, self._inbox.step_index, verifications,
+        deliver(self.policy, self.records, self._inbox.steps.next, verifications,
                 NO_TIMINGS if self._timer is None else self._timer.take())
         # 2. plan
         free = None
@@ -256,7 +256,7 @@ class AdaptiveDraftModelProposer(DraftModelProposer, PluginDrafter):
         planned = [min(num_speculative_tokens, k) for k in policy.plan_batch(states, batch)]
         if isinstance(policy, CostObserver):
             planned = same_plan_on_every_rank(planned)
-        self._inbox.planned()
+        self._inbox.steps.planned()
         tracing = trace.writer() is not None
         if tracing and isinstance(policy, ExplainsSteps):  # VLLM_GAMMATUNE_TRACE only
             decision = policy.last_decision

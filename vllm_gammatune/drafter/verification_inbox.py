@@ -14,7 +14,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
-from vllm_gammatune.drafter.observations import accepted_draft_tokens, count_verifications
+from vllm_gammatune.drafter.observations import (
+    PlanSteps,
+    accepted_draft_tokens,
+    count_verifications,
+)
 from vllm_gammatune.policies import Verification
 
 if TYPE_CHECKING:
@@ -37,8 +41,8 @@ class Unread(NamedTuple):
 
 
 class VerificationInbox:
-    """What reached the host for the next observation, and the step count
-    it is tagged with (``Verification.step``).
+    """What reached the host for the next observation, and the count of
+    plans it is tagged with (``steps``).
 
     Args:
         hot_path: verifications are read with the next step's drafts.
@@ -56,10 +60,7 @@ class VerificationInbox:
         self._verifier = verifier
         self._front = front
         self._on_arrival = on_arrival
-        #: the step the next plan is of, and the one the last plan was of
-        #: (whose drafts the target verifies next)
-        self.step_index = 0
-        self.drafted_at = 0
+        self.steps = PlanSteps()
         #: (step, [num_reqs] draft tokens, [num_reqs] valid sampled counts
         #: on the device) of the verification vLLM handed over, until read
         self._pending: tuple | None = None
@@ -68,11 +69,7 @@ class VerificationInbox:
 
     def hand_over(self, num_draft_tokens: list[int], valid_counts) -> None:
         """vLLM's verification of the last drafts (``prepare_inputs_padded``)."""
-        self._pending = (self.drafted_at, num_draft_tokens, valid_counts)
-
-    def planned(self) -> None:
-        """A plan was made: its drafts are the next to be verified."""
-        self.drafted_at, self.step_index = self.step_index, self.step_index + 1
+        self._pending = (self.steps.drafted_at, num_draft_tokens, valid_counts)
 
     def collect(self, req_ids: Sequence[str], counters: StepCounters | None):
         """(the verifications for this step's observation; the one still on
@@ -82,7 +79,7 @@ class VerificationInbox:
         arrived, self._arrived = self._arrived, []
         pending, self._pending = self._pending, None
         if self._verifier is not None:
-            step = self.drafted_at if pending is None else pending[0]
+            step = self.steps.drafted_at if pending is None else pending[0]
             if self._hot_path:
                 return arrived, Unread(step, None, None), None
             return arrived + self._verifier.take_verifications(step), None, None
