@@ -1,14 +1,17 @@
 """The GPU table: throughput on one NVIDIA GPU against vLLM's own draft model on both runners.
 
-    python -m benchmarks.gpu_suite --out benchmarks/runs/gpu \\
-        --methods no_spec,vllm_draft_model,gammatune,gammatune_cost@8 \\
+    python -m benchmarks.gpu_suite --out benchmarks/runs/gpu --target DIR --draft DIR \\
+        --methods no_spec,vllm_draft_model,gammatune,gammatune_cost@4 \\
         --vllm-runners v1,v2,v2_adaptive --k 4 --batch-sizes 1,8,32
     python -m benchmarks.gpu_suite --out DIR ... --dry-run     # the cells, no GPU needed
 
 (``python -m benchmarks.reproduce gpu`` runs the published design.)
 
-Engines, one after another, each in its own process (a fresh CUDA context,
-and the environment variables that choose vLLM's model runner read afresh):
+``--target`` and ``--draft`` name models already on disk (directories with a
+config.json; nothing is downloaded), checked before anything starts. Engines,
+one after another, each in its own process (a fresh CUDA context whose memory
+is freed when it exits, and the environment variables that choose vLLM's
+model runner read afresh; this process never opens one):
 
 - ``no_spec``: the target alone, as vLLM builds it by default;
 - ``vllm_draft_model[v1]``: vLLM's ``draft_model`` on the V1 runner
@@ -31,7 +34,8 @@ length, target passes and draft tokens per generated token), the runner and
 async scheduling vLLM resolved, and the graph modes. Rows go to
 ``cells.jsonl`` (resumable: cells already there are skipped), engines that
 failed to start to ``errors.jsonl``, the table to ``report.md``, the GPU,
-vLLM version and models to ``context.json``.
+vLLM version and models to ``context.json``. ``--dry-run`` also prints the
+plan's time budget on one H100 (``gammatune_tools.bench.gpu_budget``).
 """
 
 from __future__ import annotations
@@ -156,11 +160,55 @@ class CudaGraphModes:
 
 
 def gpu_context() -> dict:
-    """The GPU, its driver's CUDA version and torch's, beside the harness's context."""
+    """The GPUs and torch's CUDA version, beside the harness's context. Read
+    through NVML, not torch.cuda: a CUDA context opened here would hold GPU
+    memory for the whole run, beside every engine's process."""
     import torch
 
-    return {"gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-            "gpu_count": torch.cuda.device_count(), "torch_cuda": torch.version.cuda}
+    names = []
+    try:
+        from vllm.third_party import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            for index in range(pynvml.nvmlDeviceGetCount()):
+                name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(index))
+                names.append(name.decode() if isinstance(name, bytes) else name)
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no NVIDIA driver (or no NVML) here: no GPU to name
+        names = []
+    return {"gpu": names[0] if names else None, "gpu_count": len(names),
+            "torch_cuda": torch.version.cuda}
+
+
+def model_dirs(args) -> tuple[str, str]:
+    """``--target`` and ``--draft``: directories already on disk holding a
+    config.json; SystemExit naming the flag and the path otherwise."""
+    dirs = []
+    for flag, path in (("--target", args.target), ("--draft", args.draft)):
+        if not path:
+            sys.exit(f"{flag}: required: the directory of a model already on disk (a "
+                     f"Hugging Face model directory; this suite downloads nothing)")
+        if not Path(path).expanduser().is_dir():
+            sys.exit(f"{flag} {path}: no such directory")
+        if not (Path(path).expanduser() / "config.json").is_file():
+            sys.exit(f"{flag} {path}: not a Hugging Face model directory (no config.json)")
+        dirs.append(str(Path(path).expanduser().resolve()))
+    return dirs[0], dirs[1]
+
+
+def plan_budget(args, engines: list[Engine]):
+    """The plan's pessimistic time on one H100: every engine that runs, counted
+    cold, and its cells' engine steps (``gammatune_tools.bench.gpu_budget``)."""
+    from gammatune_tools.bench.gpu_budget import suite_budget
+    from gammatune_tools.bench.prompts import load_prompts
+
+    prompts = len(load_prompts(args.dataset, args.per_category, args.split, args.limit))
+    # one engine runs every batch size at every temperature, one cell each
+    cells = [int(b) for b in args.batch_sizes.split(",")] * len(parse_floats(args.temperature))
+    return suite_budget(sum(not engine.skipped for engine in engines), cells, prompts,
+                        args.max_tokens)
 
 
 def run_engine(args, engine: Engine, todo: list[tuple[int, float, str]], out: Path) -> None:
@@ -247,7 +295,7 @@ def write_report(out: Path, context: dict) -> Path:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.gpu_suite",
                                      description=__doc__.splitlines()[0])
-    add_common_args(parser, methods_default="no_spec,vllm_draft_model,gammatune,gammatune_cost@8",
+    add_common_args(parser, methods_default="no_spec,vllm_draft_model,gammatune,gammatune_cost@4",
                     k_default="4")
     parser.add_argument("--vllm-runners", default=",".join(VLLM_RUNNERS),
                         help="vLLM's draft_model once per runner: " + ", ".join(VLLM_RUNNERS))
@@ -269,6 +317,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     out = Path(args.out)
+    if not args.dry_run or args.target or args.draft:  # first: a wrong path fails in seconds
+        args.target, args.draft = model_dirs(args)
     draft = args.draft or "{draft}"
     try:
         engines = plan_engines(args.methods.split(","), args.vllm_runners.split(","), draft,
@@ -281,6 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         for engine, size, temperature, _ in planned:
             print(cell_line(engine, size, temperature))
+        print(f"# budget on one H100: {plan_budget(args, engines).line()}")
         return 0
     if args.engine:
         by_name = {e.name: e for e in engines}
@@ -297,9 +348,10 @@ def main(argv: list[str] | None = None) -> int:
 def run_suite(args, argv: list[str], engines: list[Engine], planned: list, out: Path) -> int:
     """Every engine with cells still to run, each in its own process; then the report."""
     from gammatune_tools.bench.context import run_context, write_context
-    from gammatune_tools.model_prep import prepare_pair
+    from gammatune_tools.model_prep.vocab import check_same_vocab
 
-    target, draft = prepare_pair(target_path=args.target, draft_path=args.draft)
+    target, draft = args.target, args.draft  # checked by model_dirs
+    check_same_vocab(target, draft)
     out.mkdir(parents=True, exist_ok=True)
     context = {**run_context(args, target, draft), **gpu_context()}
     write_context(out, context)

@@ -27,6 +27,7 @@ compared exactly: record both on one machine, each version of the code on
 from __future__ import annotations
 
 import argparse
+import collections
 import dataclasses
 import json
 import random
@@ -108,13 +109,15 @@ def predicted_of(p: CostAwarePolicy, rates, batch: BatchView, plan) -> tuple[flo
 
 
 def simulate(p: CostAwarePolicy, num_reqs: int, steps: int, rate: float,
-             drafted_step_slowdown: float, seed: int = 0) -> list[list[int]]:
+             drafted_step_slowdown: float, seed: int = 0, lag: int = 1) -> list[list[int]]:
     """Drive the policy like the proposer does (its per-token stop through
     ``DraftStep``, with every draft token at probability ``rate``, which is
     also its chance of acceptance), on a clock that charges drafted steps
-    ``drafted_step_slowdown`` times what the fixed costs say. Returns each
-    step's drafted lengths."""
+    ``drafted_step_slowdown`` times what the fixed costs say. A plan's
+    verification and timings reach the policy ``lag`` plans later (1: the
+    host path; 2: the CUDA hot path). Returns each step's drafted lengths."""
     rng = random.Random(seed)
+    in_flight = collections.deque()
     states = {f"r{i}": p.new_state() for i in range(num_reqs)}
     t_base, t_slope = p.target_cost.coefficients()
     plans, drafted = [], [0] * num_reqs
@@ -134,8 +137,10 @@ def simulate(p: CostAwarePolicy, num_reqs: int, steps: int, rate: float,
                                                   num_reqs=num_reqs))
         scheduled = num_reqs + sum(plan)
         target = TargetStepTiming(scheduled, (t_base + t_slope * scheduled) * slow, num_reqs)
-        p.observe_step(StepObservation(step + 1, tuple(verifications),
-                                       CycleTimings(timings, (target,))), states)
+        in_flight.append((tuple(verifications), CycleTimings(timings, (target,), step)))
+        arrived, cycles = in_flight.popleft() if len(in_flight) == lag else ((), None)
+        p.observe_step(StepObservation(step + 1, arrived, (cycles,) if cycles else (),
+                                       verified_through=step + 1 - lag), states)
         drafted = plan
     return plans
 
@@ -310,7 +315,7 @@ def _run(name: str) -> list[dict]:
         # the verifications, the target step
         states = {v.req_id: r.state for r, v in verifications}
         policy.observe_step(StepObservation(step, tuple(v for _, v in verifications),
-                                            CycleTimings(tuple(drafting), tuple(target))),
+                                            (CycleTimings(tuple(drafting), tuple(target)),)),
                             states)
         for r, v in verifications:
             r.state = states[v.req_id]

@@ -55,10 +55,10 @@ def record_catch_up_passes(policy) -> list[tuple[int, float]]:
     passes = []
     original = policy.observe_costs
 
-    def recording(timings):
+    def recording(timings, step=None):
         passes.extend((t.num_tokens, t.seconds) for t in timings
                       if isinstance(t, CatchUpPassTiming))
-        original(timings)
+        original(timings, step)
 
     policy.observe_costs = recording
     return passes

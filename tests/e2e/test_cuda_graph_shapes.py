@@ -24,8 +24,16 @@ PLUGIN_CAP = 8
 SPECS = {
     "draft_model": {"method": "draft_model", "num_speculative_tokens": 3},
     "gammatune": {"num_speculative_tokens": PLUGIN_CAP, **CONFIGS["gammatune"]},
-    # fixed step costs: the plan does not read the clock, so the shapes repeat
+    # fixed step costs: the plan does not read the clock, so the shapes repeat;
+    # a verified token costs nothing (a GPU at small batch): a skipped step
+    # is padded to the FULL shape
     "gammatune_cost": {"num_speculative_tokens": PLUGIN_CAP, **CONFIGS["gammatune_cost"]},
+    # each verified token costs a tenth of the step (the CPU) and a draft pass
+    # more than half of it: steps skip, and a skip stays one token a request
+    "gammatune_cost_dear_tokens": {
+        "num_speculative_tokens": PLUGIN_CAP, "method": "gammatune_cost",
+        "fixed_step_costs": {"target_step_s": 0.1, "target_token_s": 0.01,
+                             "draft_pass_s": 0.06, "draft_token_s": 0.0}},
 }
 
 
@@ -94,24 +102,33 @@ def test_vllms_draft_model_gets_the_full_graph_on_every_decode_step(measured, ca
     assert verdicts["PIECEWISE"] == verdicts["NONE"] == 0
 
 
-def test_the_hot_path_keeps_the_full_graph_shape_on_every_drafted_decode_step(
-        measured, capsys):
+def test_the_hot_path_keeps_the_full_graph_shape_on_every_decode_step(measured, capsys):
     """On the CUDA path every request's draft is padded to K and its plan is
     kept by the rejection sampler (``drafter/uniform_shape.py``): every
-    decode step of ``gammatune`` has the uniform shape, and every decode step
-    of ``gammatune_cost`` where some request drafts. A step where no request
-    drafts keeps queries of one token, which vLLM never replays as FULL
-    while K > 0 (``uniform_decode_query_len`` is fixed at ``1 + K``)."""
+    decode step of ``gammatune`` has the uniform shape; so has every one of
+    ``gammatune_cost`` where verification costs next to nothing, its skipped
+    steps padded with fillers that keep no token."""
     for name in ("gammatune", "gammatune_cost"):
         result = measured(name)
         _show(capsys, name, result)
         decode = [s for s in result["steps"] if s.decode]
         assert len(decode) >= 5, "the batch should decode for several steps"
-        drafted = [s for s in decode if max(s.query_lens) > 1]
-        assert decode_verdicts(result["dispatcher"], drafted) == {
-            "FULL": len(drafted), "PIECEWISE": 0, "NONE": 0}, name
-        if name == "gammatune":
-            assert drafted == decode
+        assert result["verdicts"] == {"FULL": len(decode), "PIECEWISE": 0, "NONE": 0}, name
+
+
+def test_where_verification_is_dear_a_skip_stays_one_token_a_request(measured, capsys):
+    """The CPU's costs: padding a skipped step would verify K tokens per
+    request for nothing, so it keeps queries of one token (PIECEWISE on
+    CUDA), and every drafted step is still FULL."""
+    result = measured("gammatune_cost_dear_tokens")
+    _show(capsys, "gammatune_cost, dear verification", result)
+    decode = [s for s in result["steps"] if s.decode]
+    skipped = [s for s in decode if max(s.query_lens) == 1]
+    drafted = [s for s in decode if max(s.query_lens) > 1]
+    assert skipped, "with these costs some steps should skip"
+    assert decode_verdicts(result["dispatcher"], skipped)["PIECEWISE"] == len(skipped)
+    assert decode_verdicts(result["dispatcher"], drafted) == {
+        "FULL": len(drafted), "PIECEWISE": 0, "NONE": 0}
 
 
 def test_variable_shapes_of_the_host_path_lose_the_full_graph(measured, capsys):

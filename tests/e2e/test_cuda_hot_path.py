@@ -1,10 +1,13 @@
 """The CUDA hot path, run on the CPU (``VLLM_GAMMATUNE_CUDA_HOT_PATH=1``).
 
 On a GPU every read of a tensor's values on the host stalls the host
-(``drafter/hot_path.py``). Here such a read costs nothing, so it is counted
-instead (``host_reads``): for every method, the plugin's own code reads at
-most once per engine step, and never before the step's first draft pass;
-and the lossless methods still give the target's greedy output.
+(``drafter/hot_path.py``), and so does a copy of host data to the device
+made without ``non_blocking=True``, or a device synchronisation. Here these
+cost nothing, so they are counted instead (``host_reads``): for every
+method, the plugin's own code reads at most once per engine step, and never
+before the step's first draft pass; it makes no blocking copy to the device
+and never synchronises; and the lossless methods still give the target's
+greedy output.
 """
 
 from __future__ import annotations
@@ -36,7 +39,8 @@ def _spec(tiny, name: str) -> dict:
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))
-def test_one_read_per_step_after_the_draft_passes(tiny, reference, name, monkeypatch):
+def test_one_read_per_step_after_the_draft_passes_and_nothing_else_waits(
+        tiny, reference, name, monkeypatch):
     monkeypatch.setenv("VLLM_GAMMATUNE_CUDA_HOT_PATH", "1")
     with running_llm(tiny["target"], _spec(tiny, name)) as llm:
         assert drafter(llm).hot_path
@@ -49,6 +53,10 @@ def test_one_read_per_step_after_the_draft_passes(tiny, reference, name, monkeyp
     config = CONFIGS[name]
     if config["method"] != "adasd" or config.get("adasd_mode") == "generation":
         assert tokens == reference  # lossless (AdaSD relaxes acceptance otherwise)
+    # host data goes to the device through pinned memory, without waiting
+    # (vLLM's ``async_tensor_h2d``); where the plugin copies: {place: calls}
+    assert not log.where("copy"), dict(log.where("copy"))
+    assert not log.where("sync"), dict(log.where("sync"))
 
 
 def test_the_host_path_reads_after_each_pass_and_exits_early(tiny, reference, monkeypatch):
@@ -95,3 +103,23 @@ def test_the_hot_path_hands_vllm_k_drafts_and_keeps_each_plans_verification(
     accepted = metrics["vllm:spec_decode_num_accepted_tokens"].value
     planned = metrics["vllm:gammatune_draft_length"].sum  # the tokens the plans drafted
     assert 0 < accepted <= planned < vllm_drafted
+
+
+def test_probabilistic_drafts_go_to_the_device_without_waiting(tiny, monkeypatch):
+    """With vLLM's probabilistic drafting and sampled requests the hot path
+    hands vLLM the draft's probabilities, widened to K with one-hot rows for
+    the padded tokens (``uniform_shape``): the greedy runs above never build
+    them, so this run looks for waits there."""
+    from vllm import SamplingParams
+
+    monkeypatch.setenv("VLLM_GAMMATUNE_CUDA_HOT_PATH", "1")
+    spec = {**_spec(tiny, "gammatune"), "draft_sample_method": "probabilistic"}
+    with running_llm(tiny["target"], spec) as llm:
+        assert drafter(llm).hot_path
+        with count_host_reads(model_runner(llm)) as log:
+            llm.generate(PROMPTS, SamplingParams(temperature=0.8, seed=1, max_tokens=MAX_TOKENS),
+                         use_tqdm=False)
+    assert log.max_reads_in_a_step() <= 1, dict(log.where())
+    assert log.reads_before_first_pass() == []
+    assert not log.where("copy"), dict(log.where("copy"))
+    assert not log.where("sync"), dict(log.where("sync"))

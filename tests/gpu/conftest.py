@@ -1,5 +1,6 @@
-"""The GPU tier's measurements: recorded, printed in the pytest summary, and
-written beside the GPU table's run, so one folder holds what a GPU run sends back.
+"""The GPU tier's engines (``engines``, from ``gpu_engines.RUNS``) and its
+measurements: recorded, printed in the pytest summary, and written beside the
+GPU table's run, so one folder holds what a GPU run sends back.
 
 Tests add ``{name: value}`` to the ``gpu_measurements`` fixture. At the end
 of the session the summary prints them under "GPU measurements" and they go
@@ -24,6 +25,15 @@ _MEASUREMENTS: dict = {}
 @pytest.fixture(scope="session")
 def gpu_measurements() -> dict:
     return _MEASUREMENTS
+
+
+@pytest.fixture(scope="session")
+def engines(tiny_models):
+    """``engines(name)``: the results of ``gpu_engines.RUNS[name]``, its engine
+    started once a session (the only way a test here gets an engine)."""
+    from gpu_engines import engine_result
+
+    return lambda name: engine_result(name, tiny_models)
 
 
 def pytest_terminal_summary(terminalreporter) -> None:

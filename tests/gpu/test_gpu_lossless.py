@@ -13,78 +13,42 @@ Sampled: many seeded samples of a short continuation, target alone against
 each method, compared position by position (chi-square test of homogeneity,
 as the CPU tier does in ``tests/e2e/test_sampling_distribution.py``); the
 same test must tell the draft alone from the target, so it can fail.
+
+Each method's engine is its one configuration in ``gpu_engines.RUNS``
+(``gammatune_cost`` under drafting costs, ``gammatune_plus`` with a 0.5
+threshold and probabilistic drafting), read by every check.
 """
 
 from __future__ import annotations
 
 import pytest
-from gpu_engines import (DRAFTING_COSTS, PROMPTS, engine_metrics, greedy_tokens, needs_cuda,
-                         plugin_spec, running_engine)
+from gpu_engines import LOSSLESS_RUNS, PROMPTS, SAMPLE_TOKENS, SAMPLED_RUNS, needs_cuda
 from sample_homogeneity import differing_positions
-
-from vllm_gammatune.methods import LOSSY_METHODS, PLUGIN_METHODS
 
 pytestmark = needs_cuda
 
 #: vLLM's share of exactly matching prompts in its spec-decode correctness tests
 MATCH_SHARE = 0.66
 
-NUM_SAMPLES = 1500
-NEW_TOKENS = 4
-POSITIONS = range(1, NEW_TOKENS)
+POSITIONS = range(1, SAMPLE_TOKENS)
 ALPHA = 0.001  # per position; 3 positions tested
 
 
-@pytest.fixture(scope="module")
-def target_greedy(tiny_models):
-    with running_engine(tiny_models["target"]) as llm:
-        return greedy_tokens(llm)
-
-
-@pytest.mark.parametrize("method,extra", [
-    *[(m, DRAFTING_COSTS if m == "gammatune_cost" else {})
-      for m in PLUGIN_METHODS if m not in LOSSY_METHODS],
-    # the n-gram lookup ahead of the draft model (the host path on CUDA)
-    ("gammatune_cost_ngram_model", DRAFTING_COSTS)])
-def test_greedy_output_matches_the_target_at_vllms_tolerance(
-        tiny_models, target_greedy, gpu_measurements, method, extra):
-    spec = plugin_spec(method, tiny_models["draft"], **extra)
-    with running_engine(tiny_models["target"], spec) as llm:
-        tokens = greedy_tokens(llm)
-        drafted = engine_metrics(llm)["vllm:spec_decode_num_draft_tokens"].value
-    matches = sum(ours == theirs for ours, theirs in zip(tokens, target_greedy))
-    gpu_measurements[f"greedy_exact_matches[{method}{'+costs' if extra else ''}]"] = (
-        f"{matches}/{len(PROMPTS)}")
-    assert drafted > 0
+@pytest.mark.parametrize("run", LOSSLESS_RUNS)
+def test_greedy_output_matches_the_target_at_vllms_tolerance(engines, gpu_measurements, run):
+    result, target = engines(run), engines("target")
+    matches = sum(ours == theirs for ours, theirs in zip(result["greedy"], target["greedy"]))
+    gpu_measurements[f"greedy_exact_matches[{run}]"] = f"{matches}/{len(PROMPTS)}"
+    assert result["greedy_drafted"] > 0
     assert matches >= int(MATCH_SHARE * len(PROMPTS)), (matches, len(PROMPTS))
 
 
-def _samples(target, speculative_config=None) -> list[tuple]:
-    from vllm import SamplingParams
-
-    params = [SamplingParams(temperature=1.0, max_tokens=NEW_TOKENS, ignore_eos=True, seed=i)
-              for i in range(NUM_SAMPLES)]
-    with running_engine(target, speculative_config, max_num_seqs=64) as llm:
-        outputs = llm.generate([PROMPTS[-1]] * NUM_SAMPLES, params, use_tqdm=False)
-    return [tuple(output.outputs[0].token_ids) for output in outputs]
+@pytest.mark.parametrize("run", SAMPLED_RUNS)
+def test_sampled_distribution_matches_the_target(engines, run):
+    samples, target = engines(run)["samples"], engines("target")["samples"]
+    assert differing_positions(target, samples, POSITIONS, ALPHA) == {}
 
 
-@pytest.fixture(scope="module")
-def target_samples(tiny_models):
-    return _samples(tiny_models["target"])
-
-
-@pytest.mark.parametrize("method,extra", [
-    ("gammatune", {}),
-    ("gammatune_plus", {"confidence_threshold": 0.5, "draft_sample_method": "probabilistic"}),
-    ("gammatune_cost", DRAFTING_COSTS),
-    # one-hot rows for the lookup's tokens beside the draft model's distributions
-    ("gammatune_cost_ngram_model", {**DRAFTING_COSTS, "draft_sample_method": "probabilistic"}),
-])
-def test_sampled_distribution_matches_the_target(tiny_models, target_samples, method, extra):
-    samples = _samples(tiny_models["target"], plugin_spec(method, tiny_models["draft"], **extra))
-    assert differing_positions(target_samples, samples, POSITIONS, ALPHA) == {}
-
-
-def test_the_sampled_test_tells_the_draft_from_the_target(tiny_models, target_samples):
-    assert differing_positions(target_samples, _samples(tiny_models["draft"]), POSITIONS, ALPHA)
+def test_the_sampled_test_tells_the_draft_from_the_target(engines):
+    samples, target = engines("draft")["samples"], engines("target")["samples"]
+    assert differing_positions(target, samples, POSITIONS, ALPHA)

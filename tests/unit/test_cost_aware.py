@@ -93,3 +93,14 @@ def test_the_drafting_share_decays_toward_the_recent_steps():
     for _ in range(300):
         share.count([0, 2])
     assert share.share > 0.99
+
+
+def test_a_skipped_step_is_padded_to_the_graph_shape_only_on_gpu_like_costs():
+    """``pads_skipped_step``: at small batch a GPU's verification is next to
+    free (pad, keep the FULL graph); the CPU's is not; nor at a batch where
+    the GPU's per-token cost adds up; nor before the costs are measured."""
+    gpu = policy(GPU_TARGET, GPU_DRAFT)
+    assert gpu.pads_skipped_step(num_reqs=4, num_draft_tokens=4)
+    assert not gpu.pads_skipped_step(num_reqs=256, num_draft_tokens=8)
+    assert not policy().pads_skipped_step(num_reqs=4, num_draft_tokens=4)
+    assert not CostAwarePolicy(8).pads_skipped_step(num_reqs=4, num_draft_tokens=4)

@@ -106,7 +106,7 @@ def test_the_policy_plans_free_drafts_then_the_model_for_the_others():
     plan = policy.plan_batch(states, batch)
     assert plan[0] == 0 and plan[1] > 0
     # a cycle with free drafts is not checked against the model's prediction
-    assert policy.cycle_check._open is None
+    assert not policy.cycle_check._open  # no cycle opened
 
 
 def test_a_policy_whose_costs_are_not_measured_yet_leaves_every_request_to_the_model():

@@ -267,3 +267,17 @@ def test_a_drafter_without_draft_kv_prices_no_catch_up():
     p = measured_cpu_policy(prompt_pass=False)
     p.adapt_to_drafter(DrafterTraits(runs_every_planned_pass=False, keeps_draft_kv=False))
     assert p.catch_up_line(4) == (0.0, 0.0)
+
+
+def test_padding_a_skipped_step_is_free_only_where_verification_is():
+    """A GPU at small batch verifies K more positions per request for next
+    to nothing; the CPU's verification grows with every token."""
+    from vllm_gammatune.policies.cost_aware.planner import PADDING_SHARE, padding_is_free
+
+    assert padding_is_free(0.010, 0.0, num_reqs=8, num_draft_tokens=4)
+    assert padding_is_free(0.010, 1e-6, num_reqs=8, num_draft_tokens=4)
+    assert not padding_is_free(0.05, 0.004, num_reqs=4, num_draft_tokens=8)  # the CPU
+    # the share, at its edge: 4 requests x 4 tokens x slope = share x step
+    slope = PADDING_SHARE * 0.010 / (16 - PADDING_SHARE * 4)
+    assert padding_is_free(0.010, slope * 0.999, 4, 4)
+    assert not padding_is_free(0.010, slope * 1.001, 4, 4)

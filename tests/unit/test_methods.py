@@ -93,8 +93,8 @@ def test_markdown_table_lists_every_method_once_with_its_defaults():
         assert METHODS[name].description in line
     assert ("| `adasd` | no (lossy) | `draft_model` | 20 | `adasd_mode='both'`, "
             "`adasd_window=20` |") in table
-    assert ("| `gammatune_cost` | yes | `draft_model`, `ngram`, `ngram+draft_model` | 8 |"
-            in table)
+    assert ("| `gammatune_cost` | yes | `draft_model`, `ngram`, `ngram+draft_model` | "
+            "8 (CUDA, draft model: 4) |" in table)
     assert "| `gammatune` | yes | `draft_model`, `ngram` |" in table
     assert "`confidence_threshold=0.4`" in lines[2 + list(METHODS).index("assistant_threshold")]
 
@@ -122,3 +122,20 @@ def test_a_method_plans_free_drafts_exactly_when_its_policy_does():
                                               **method.resolve({}, method.num_speculative_tokens))
         assert isinstance(settings_policy, FreeDraftPlanner) is method.plans_free_drafts, \
             method.name
+
+
+def test_cuda_gets_a_short_default_cap_with_the_draft_model_only():
+    """On CUDA the hot path verifies every drafting request's whole cap
+    (docs/cuda.md, "Defaults on CUDA"); a given cap is the user's; AdaSD and
+    the n-gram drafter keep theirs."""
+    def cap(config, on_cuda):
+        return split_speculative_config(config, VLLM_KEYS, on_cuda=on_cuda)[0].num_speculative_tokens
+
+    for name in ("gammatune", "gammatune_plus", "gammatune_cost"):
+        assert cap({"method": name, "model": "d"}, on_cuda=True) == 4
+        assert cap({"method": name, "model": "d"}, on_cuda=False) == \
+            METHODS[name].num_speculative_tokens > 4
+        assert cap({"method": name, "model": "d", "num_speculative_tokens": 12},
+                   on_cuda=True) == 12
+    assert cap({"method": "adasd", "model": "d"}, on_cuda=True) == 20
+    assert cap({"method": "gammatune", "drafter": "ngram"}, on_cuda=True) == 16

@@ -174,9 +174,9 @@ def _simulate_batch1(make_policy, steps: int, seed: int,
         p.observe_step(StepObservation(
             step_index + 1,
             (Verification("r", step_index, k, accepted),) if k else (),
-            CycleTimings(drafting=tuple(drafting),
-                         target=(CycleWallTime(target + passes * (d0 + d1)),
-                                 TargetStepTiming(1 + k, target)))), states)
+            (CycleTimings(drafting=tuple(drafting),
+                          target=(CycleWallTime(target + passes * (d0 + d1)),
+                                  TargetStepTiming(1 + k, target))),)), states)
         if scales is not None:
             scales.append(p.cycle_check.drafting_scale(1))
         tokens += accepted + 1

@@ -214,8 +214,8 @@ class DraftStep:
                            self.planned_lengths, self.stopped.tolist(), lengths)
         if any(ended):
             device = self.lengths.device
-            self.lengths = torch.tensor(lengths, dtype=self.lengths.dtype, device=device)
-            ended_mask = torch.tensor(ended, dtype=torch.bool, device=device)
+            self.lengths = async_tensor_h2d(lengths, dtype=self.lengths.dtype, device=device)
+            ended_mask = async_tensor_h2d(ended, dtype=torch.bool, device=device)
             self.stopped_early |= ended_mask & (self.lengths < self.planned)
             self.stopped |= ended_mask
 

@@ -37,6 +37,24 @@ def uses_cuda_hot_path(device: torch.device) -> bool:
     return device.type == "cuda" if forced is None else forced
 
 
+def takes_hot_path(device: torch.device, reads_before_plan: bool = False) -> bool:
+    """Whether a draft-model drafter on ``device`` takes the hot path: not
+    where it must read the device before it plans (``reads_before_plan``:
+    the n-gram lookup ahead of the draft model). The host path on CUDA is
+    said at start, once, as a warning: it waits for the device several
+    times a step (``docs/cuda.md``, "No device-wide synchronization")."""
+    hot = uses_cuda_hot_path(device) and not reads_before_plan
+    if device.type == "cuda" and not hot:
+        from vllm.logger import init_logger
+
+        init_logger(__name__).warning(
+            "vllm-gammatune: the host path on CUDA (%s): it reads the device before the "
+            "plan and after each draft pass, and its target steps miss the FULL CUDA "
+            "graph (docs/cuda.md)", "drafter ngram+draft_model" if reads_before_plan
+            else f"{envs.CUDA_HOT_PATH}=0")
+    return hot
+
+
 def read_on_host(tensor: torch.Tensor) -> list:
     """``tensor.tolist()``, a read that waits for the device: the step's one
     read on the hot path. vLLM's sync check (``VLLM_GPU_SYNC_CHECK``) is told

@@ -43,6 +43,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
+from vllm.utils.torch_utils import async_tensor_h2d
 
 from vllm_gammatune.drafter.observations import accepted_draft_tokens
 from vllm_gammatune.drafter.request_records import RequestRecords
@@ -207,7 +208,8 @@ class NgramFront:
         for i, k in enumerate(lengths):
             if k:
                 draft_probs[i, :k] = 0
-                draft_probs[i, torch.arange(k), torch.tensor(drafts[i][:k])] = 1
+                draft_probs[i, :k].scatter_(-1, async_tensor_h2d(
+                    drafts[i][:k], dtype=torch.long, device=draft_probs.device).unsqueeze(-1), 1.0)
         return draft_probs
 
 

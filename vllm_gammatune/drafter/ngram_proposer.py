@@ -57,7 +57,6 @@ from vllm_gammatune.drafter.step_timing import StepTimer
 from vllm_gammatune.drafter.tp_agreement import same_plan_on_every_rank
 from vllm_gammatune.methods import settings_from_additional_config
 from vllm_gammatune.policies import BatchView, CostObserver, DrafterTraits, ExplainsSteps
-from vllm_gammatune.policies.observation import NO_TIMINGS
 from vllm_gammatune.telemetry import trace
 from vllm_gammatune.telemetry.metrics import StepCounters
 
@@ -125,7 +124,7 @@ class AdaptiveNgramProposer(NgramProposer, PluginDrafter):
         req_ids = list(runner.input_batch.req_ids[:num_reqs])
         self.records.forget_missing(runner.requests)
         if self._timer is not None:
-            self._timer.begin_step()
+            self._timer.begin_step(self._steps.next)
         # 1. observe
         verified, self._verified = self._verified, None
         verifications = [] if verified is None else count_verifications(
@@ -149,7 +148,7 @@ class AdaptiveNgramProposer(NgramProposer, PluginDrafter):
             self._timer.end_passes()
         start = time.perf_counter()
         deliver(self.policy, self.records, self._steps.next, verifications,
-                NO_TIMINGS if self._timer is None else self._timer.take())
+                () if self._timer is None else self._timer.take())
         # 3. plan
         batch = BatchView(num_reqs, num_scheduled_tokens=num_scheduled_tokens,
                           has_prefill=not decode_only,

@@ -23,7 +23,7 @@ from vllm_gammatune.policies import (
     StepObservation,
     Verification,
 )
-from vllm_gammatune.policies.observation import NO_TIMINGS, CycleTimings
+from vllm_gammatune.policies.observation import CycleTimings
 from vllm_gammatune.telemetry import trace
 
 
@@ -64,11 +64,14 @@ def count_verifications(req_ids: Sequence[str], num_draft_tokens: Sequence[int],
 
 def deliver(policy: DraftLengthPolicy, records: RequestRecords, step: int,
             verifications: Iterable[Verification] = (),
-            timings: CycleTimings = NO_TIMINGS) -> None:
-    """Hand the policy the observation before the plan of ``step``. A
-    verification of a request that has left (no record) is dropped."""
+            cycles: tuple[CycleTimings, ...] = (),
+            verified_through: int | None = None) -> None:
+    """Hand the policy the observation before the plan of ``step``
+    (``StepObservation``). A verification of a request that has left (no
+    record) is dropped."""
     observation = StepObservation(
-        step, tuple(v for v in verifications if v.req_id in records), timings)
+        step, tuple(v for v in verifications if v.req_id in records), cycles,
+        verified_through)
     policy.observe_step(observation, records.policy_states)
 
 

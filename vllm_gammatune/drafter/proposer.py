@@ -4,9 +4,8 @@
 the draft model, its paged KV cache (sharing the target's block tables), the
 scheduler and the rejection sampler are vLLM's own. One step:
 
-1. observe: what reached the host (``verification_inbox``) and
-   the timer's timings (``step_timing``) go to the policy as one
-   ``StepObservation``, before it plans;
+1. observe: what reached the host (``verification_inbox``) and the timer's
+   timings (``step_timing``) go to the policy as one ``StepObservation``;
 2. plan: the policy's lengths, capped by the step's
    ``num_speculative_tokens``; every tensor-parallel rank drafts rank 0's
    plan (``tp_agreement``); the step's book-keeping (``draft_step``);
@@ -14,9 +13,8 @@ scheduler and the rejection sampler are vLLM's own. One step:
    where no request drafts;
 4. draft: vLLM's own draft loop, as far as the longest plan, each request
    stopping where its per-token stop ends it;
-5. cut: one list per request, of its own length: the scheduler reserves
-   and verifies exactly those (as for ngram drafts);
-6. record: the step's metrics (``step_metrics``).
+5. cut: one list per request, of its own length (on the hot path padded to
+   K, ``uniform_shape``); 6. record: the step's metrics (``step_metrics``).
 
 On the CUDA hot path (``hot_path``) nothing is read before the draft passes
 are launched: the loop runs every planned pass, and one read
@@ -46,7 +44,7 @@ from vllm_gammatune.draft_kv.holes import DraftKVHoles
 from vllm_gammatune.drafter.contract import PluginDrafter
 from vllm_gammatune.drafter.draft_distribution import draft_distribution, proposed_token_probs
 from vllm_gammatune.drafter.draft_step import DraftStep, EveryRequestStopped, plan_draft_step
-from vllm_gammatune.drafter.hot_path import read_on_host, uses_cuda_hot_path
+from vllm_gammatune.drafter.hot_path import read_on_host, takes_hot_path
 from vllm_gammatune.drafter.ngram_front import NgramFront
 from vllm_gammatune.drafter.observations import deliver, trace_verifications
 from vllm_gammatune.drafter.request_records import RequestRecords
@@ -64,7 +62,6 @@ from vllm_gammatune.policies import (
     ExplainsSteps,
     RelaxedVerifier,
 )
-from vllm_gammatune.policies.observation import NO_TIMINGS
 from vllm_gammatune.telemetry import trace
 from vllm_gammatune.telemetry.metrics import StepCounters
 from vllm_gammatune.verify.adasd_verifier import AdaSDVerifier
@@ -84,7 +81,7 @@ class AdaptiveDraftModelProposer(DraftModelProposer, PluginDrafter):
         #: the CUDA hot path (``hot_path``); the n-gram front reads the
         #: sampled tokens before it plans: the host path.
         uses_front = settings.drafter == DRAFTER_NGRAM_THEN_MODEL
-        self.hot_path = uses_cuda_hot_path(self.device) and not uses_front
+        self.hot_path = takes_hot_path(self.device, reads_before_plan=uses_front)
         #: a policy that plans from measured costs: the timer, and skipping
         #: the draft model (catching it up before a request drafts again)
         plans_from_costs = isinstance(policy, CostObserver)
@@ -175,7 +172,7 @@ class AdaptiveDraftModelProposer(DraftModelProposer, PluginDrafter):
         req_ids = list(runner.input_batch.req_ids)
         self.records.forget_missing(runner.requests)
         if self._timer is not None:
-            self._timer.begin_step()
+            self._timer.begin_step(self._inbox.steps.next)
         # 1. observe
         verifications, unread, accepted = self._inbox.collect(req_ids, self.counters)
         batch, decode_only = self._batch_view(req_ids, num_speculative_tokens,
@@ -186,8 +183,9 @@ class AdaptiveDraftModelProposer(DraftModelProposer, PluginDrafter):
                                                  accepted, next_token_ids,
                                                  self._inbox.steps.drafted_at)
             verifications += scored
+        through = self._inbox.verified_through()
         deliver(self.policy, self.records, self._inbox.steps.next, verifications,
-                NO_TIMINGS if self._timer is None else self._timer.take())
+                () if self._timer is None else self._timer.take(through), through)
         # 2. plan
         free = None
         if offers is not None:
@@ -196,7 +194,7 @@ class AdaptiveDraftModelProposer(DraftModelProposer, PluginDrafter):
         step = self._plan(req_ids, batch, num_speculative_tokens)
         self.policy_seconds += time.perf_counter() - start
         if step.num_passes == 0:
-            return self._skip_draft_model(req_ids, step, unread, free)
+            return self._skip_draft_model(req_ids, step, num_speculative_tokens, unread, free)
         # 3. catch up
         num_caught_up = 0
         if self._catch_up is not None:
@@ -266,12 +264,14 @@ class AdaptiveDraftModelProposer(DraftModelProposer, PluginDrafter):
                                early_exit=not self.hot_path)
 
     # -- 3. skip the draft model ------------------------------------------------------
-    def _skip_draft_model(self, req_ids: list[str], step: DraftStep, unread=None,
+    def _skip_draft_model(self, req_ids: list[str], step: DraftStep, k: int, unread=None,
                           free=None) -> list[list[int]]:
         """No request drafts with the draft model: it does not run this step
         (the hot path still reads the last verification: this step's one
         read). Free drafts (``free``: offers and lengths) are the step's
-        only drafts; without them the step has none."""
+        only drafts; without them the step has none, or on the hot path,
+        where the policy finds verification next to free, ``k`` certain
+        fillers per request that keep no token (``uniform_shape``)."""
         assert self._catch_up is not None, "only a CostObserver plans 0 for a whole step"
         if unread is not None and unread.valid_counts is not None:
             self._inbox.read(req_ids, unread,
@@ -288,6 +288,10 @@ class AdaptiveDraftModelProposer(DraftModelProposer, PluginDrafter):
         # with no draft at all, the engine core need not fetch any (draft_handoff)
         self.skipped_this_step = not any(drafts)
         self._record_step(drafts, step, skipped=True)
+        if (self.skipped_this_step and self._uniform is not None
+                and self.policy.pads_skipped_step(len(req_ids), k)):
+            self.skipped_this_step = False
+            drafts, _ = self._uniform.pad(req_ids, drafts, drafts, k, None)
         return drafts
 
     # -- 4. draft: vLLM's draft loop ------------------------------------------------

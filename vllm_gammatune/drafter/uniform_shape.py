@@ -21,11 +21,13 @@ with the target's probability of it and otherwise replaced by a sample of
 the target's distribution without it, so the kept token is distributed as
 the target's, as the bonus token is.
 
-A step where no request drafts keeps queries of one token: vLLM fixes
-``uniform_decode_query_len`` at ``1 + num_speculative_tokens`` when the
-engine starts, so no K-free step can replay a FULL graph (``docs/cuda.md``,
-"Step shapes"). AdaSD verifies its own drafts token by token and keeps its
-own lengths.
+vLLM fixes ``uniform_decode_query_len`` at ``1 + num_speculative_tokens``
+when the engine starts, so a step where no request drafts replays a FULL
+graph only padded the same way, with K fillers per request and a planned
+length of 0 (the policy's choice, where that verification costs next to
+nothing: ``CostObserver.pads_skipped_step``, ``docs/cuda.md``, "A step where
+no request drafts"). AdaSD verifies its own drafts token by token and keeps
+its own lengths.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from collections.abc import Sequence
 
 import torch
 
+from vllm.utils.torch_utils import async_tensor_h2d
 from vllm_gammatune.verify.device_verification import PLACEHOLDER_TOKEN_ID
 
 
@@ -67,8 +70,8 @@ class UniformShape:
         wider = draft_probs.new_zeros((num_reqs, k, vocab))
         wider[:, :passes] = draft_probs
         # [num_reqs, k - passes] the filler tokens: proposed with certainty
-        fillers = torch.tensor([row[passes:] for row in padded], dtype=torch.long,
-                               device=draft_probs.device)
+        fillers = async_tensor_h2d([row[passes:] for row in padded], dtype=torch.long,
+                                   device=draft_probs.device)
         wider[:, passes:].scatter_(-1, fillers.unsqueeze(-1), 1.0)
         return padded, wider
 

@@ -67,6 +67,13 @@ class VerificationInbox:
         #: verifications read after the last plan (the hot path)
         self._arrived: list[Verification] = []
 
+    def verified_through(self) -> int:
+        """The newest plan whose verification the next observation holds or
+        an earlier one held: the last plan's on the host path (read before
+        this plan), the one before on the hot path (read with the last
+        plan's drafts)."""
+        return self.steps.next - (2 if self._hot_path else 1)
+
     def hand_over(self, num_draft_tokens: list[int], valid_counts) -> None:
         """vLLM's verification of the last drafts (``prepare_inputs_padded``)."""
         self._pending = (self.steps.drafted_at, num_draft_tokens, valid_counts)

@@ -83,9 +83,11 @@ def create_speculative_config(
 
     user_config = engine_args.speculative_config
     user_shorthands = {a: getattr(engine_args, a, None) for _, a, _ in _CLI_SHORTHANDS}
+    from vllm.platforms import current_platform
+
     settings, vllm_method_config = split_speculative_config(
-        _merged_user_config(engine_args), _vllm_speculative_keys()
-    )
+        _merged_user_config(engine_args), _vllm_speculative_keys(),
+        on_cuda=current_platform.is_cuda())
 
     if settings.is_lossy:
         # AdaSD's relaxed verification wraps vLLM's standard rejection sampler

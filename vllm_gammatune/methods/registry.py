@@ -52,6 +52,11 @@ DEFAULT_ADASD_NUM_SPECULATIVE_TOKENS = PAPER_WINDOW
 #: gammatune_cost: a smaller default cap keeps its per-step search short
 #: (the search is cap x requests).
 DEFAULT_COST_AWARE_NUM_SPECULATIVE_TOKENS = 8
+#: On CUDA, with the draft model, every drafted step verifies the whole cap
+#: for each request (the FULL-graph shape, ``drafter/uniform_shape.py``), and
+#: vLLM captures FULL graphs at multiples of 1 + cap: a short default cap
+#: (``docs/cuda.md``, "Defaults on CUDA"). AdaSD keeps its window.
+DEFAULT_CUDA_NUM_SPECULATIVE_TOKENS = 4
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,8 @@ class Method:
     build_policy: Callable[..., DraftLengthPolicy]
     #: its default cap when ``num_speculative_tokens`` is not given
     num_speculative_tokens: int = DEFAULT_NUM_SPECULATIVE_TOKENS
+    #: its default cap on CUDA with the draft model (None: the same)
+    cuda_num_speculative_tokens: int | None = DEFAULT_CUDA_NUM_SPECULATIVE_TOKENS
     #: its own defaults, where they differ from the parameter's
     defaults: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     #: it stops each draft on the draft model's distribution (confidence,
@@ -79,6 +86,13 @@ class Method:
     #: it chooses per request between a free draft (an n-gram's) and the
     #: draft model's, from measured costs (``policies.cost_aware.free_drafts``)
     plans_free_drafts: bool = False
+
+    def default_cap(self, cuda_draft_model: bool = False) -> int:
+        """Its cap when ``num_speculative_tokens`` is not given;
+        ``cuda_draft_model``: the engine drafts with the draft model on CUDA."""
+        if cuda_draft_model and self.cuda_num_speculative_tokens is not None:
+            return self.cuda_num_speculative_tokens
+        return self.num_speculative_tokens
 
     def resolve(self, config: Mapping[str, Any], num_speculative_tokens: int,
                 drafter: str = DRAFTER_DRAFT_MODEL) -> dict[str, Any]:
@@ -150,7 +164,7 @@ METHODS: dict[str, Method] = {m.name: m for m in (
            lambda cap, adasd_mode, adasd_window: AdaSDPolicy(
                cap, window=adasd_window, mode=adasd_mode),
            num_speculative_tokens=DEFAULT_ADASD_NUM_SPECULATIVE_TOKENS,
-           needs_distributions=True),
+           cuda_num_speculative_tokens=None, needs_distributions=True),
     Method(METHOD_COST_AWARE,
            "cost-aware: which requests draft (0 allowed), from measured step costs; "
            "each draft goes on token by token while its next token pays",
@@ -200,6 +214,8 @@ def markdown_table() -> str:
             f"`{d.name}`" for d in DRAFTERS.values()
             if (d.offers_distributions or not method.needs_distributions)
             and (method.plans_free_drafts or not d.needs_free_draft_planner))
+        cuda_cap = method.default_cap(cuda_draft_model=True)
+        caps = f"{cap}" if cuda_cap == cap else f"{cap} (CUDA, draft model: {cuda_cap})"
         rows.append(f"| `{method.name}` | {'yes' if method.lossless else 'no (lossy)'} | "
-                    f"{drafters} | {cap} | {parameters} | {method.description} |")
+                    f"{drafters} | {caps} | {parameters} | {method.description} |")
     return "\n".join(rows) + "\n"

@@ -115,7 +115,8 @@ class MethodSettings:
 
 
 def split_speculative_config(
-    speculative_config: dict[str, Any], vllm_keys: frozenset[str] | set[str]
+    speculative_config: dict[str, Any], vllm_keys: frozenset[str] | set[str],
+    on_cuda: bool = False,
 ) -> tuple[MethodSettings, dict[str, Any]]:
     """Validate a plugin method's config; return (settings, the config of
     vLLM's method underneath: ``draft_model`` or ``ngram``).
@@ -123,6 +124,8 @@ def split_speculative_config(
     Args:
         speculative_config: the user's dict (not modified).
         vllm_keys: the keys vLLM's ``SpeculativeConfig`` accepts.
+        on_cuda: the engine runs on CUDA (the default cap may differ:
+            ``Method.default_cap``).
 
     Raises:
         GammaTuneConfigError: naming the field, the value and what is allowed.
@@ -166,7 +169,8 @@ def split_speculative_config(
 
     cap = require_int(
         "num_speculative_tokens",
-        config.get("num_speculative_tokens", METHODS[method].num_speculative_tokens),
+        config.get("num_speculative_tokens", METHODS[method].default_cap(
+            on_cuda and drafter.name == DRAFTER_DRAFT_MODEL)),
         ">= 1 (the cap on every draft, gamma_max)",
         low=1,
     )

@@ -105,12 +105,20 @@ class CostObserver(ABC):
     """
 
     @abstractmethod
-    def observe_costs(self, timings: Sequence[Timing]) -> None:
-        """Learn from timings, in the order they were measured."""
+    def observe_costs(self, timings: Sequence[Timing], step: int | None = None) -> None:
+        """Learn from timings, in the order they were measured, of the
+        cycle planned at ``step`` (None: the last plan's)."""
 
     def adapt_to_drafter(self, traits: DrafterTraits) -> None:
         """Called once by a drafter that differs from the default
         (``DrafterTraits()``)."""
+
+    def pads_skipped_step(self, num_reqs: int, num_draft_tokens: int) -> bool:
+        """Whether a step of ``num_reqs`` requests where none drafts should
+        still verify ``num_draft_tokens`` certain fillers per request (the
+        step shape a GPU replays as a FULL graph; the fillers' verification
+        keeps no token of theirs): only where that costs next to nothing."""
+        return False
 
 
 class FreeDraftPlanner(ABC):

@@ -8,13 +8,18 @@ The drafter hands its policy one observation per step, before the plan
   verification arrives is data: the host path reads a draft's verification
   before the next plan (one step after its draft), the CUDA hot path with
   the drafts of that plan (two steps after it, ``docs/cuda.md``);
-- the last cycle's timings (``CycleTimings``), for a policy that plans from
-  measured costs: what the last step's drafting cost (catch-ups, draft
-  passes, the passes it ran), then what the engine measured before this
-  plan (the wall time since the last plan, the target step, a lookup).
+- the timings of the cycles measured whole since (``CycleTimings``), for a
+  policy that plans from measured costs: what a step's drafting cost
+  (catch-ups, draft passes, the passes it ran), then what the engine
+  measured before the next plan (the wall time between the plans, the
+  target step, a lookup), each cycle tagged with the step of its plan;
+- ``verified_through``: every draft planned at or before that step has had
+  its verification and its timings delivered (the step before this one on
+  the host path, two before on the hot path, whose device timings are read
+  as late as its verifications: ``drafter/step_timing.py``).
 
-A cost observer applies them in the order they happened: the drafting of
-the last step, then its verifications, then the target step
+A cost observer applies them in the order they happened: the drafting,
+then the verifications, then the target step
 (``policies.contracts.CostObserver``).
 
 Pure Python; the vocabulary is vLLM's (``num_draft_tokens``,
@@ -123,20 +128,20 @@ Timing = TargetStepTiming | DraftPassTiming | CatchUpPassTiming | PassesRun | Cy
 
 @dataclass(frozen=True, slots=True)
 class CycleTimings:
-    """The last cycle's timings, each phase in the order measured."""
+    """One cycle's timings (the draft work planned at ``step`` and the
+    target step that verified it), each phase in the order measured."""
 
-    #: while the last step drafted: its catch-ups and draft passes, then the
+    #: while the step drafted: its catch-ups and draft passes, then the
     #: passes it ran
     drafting: tuple[Timing, ...] = ()
-    #: after its verification: the wall time since the last plan, the
-    #: target step, and a lookup timed before this plan
+    #: after its verification: the wall time to the next plan, the target
+    #: step, and a lookup timed before the next plan
     target: tuple[Timing, ...] = ()
+    #: the step whose plan opened the cycle; None: the last plan's
+    step: int | None = None
 
     def __bool__(self) -> bool:
         return bool(self.drafting or self.target)
-
-
-NO_TIMINGS = CycleTimings()
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +151,11 @@ class StepObservation:
     #: the step about to be planned
     step: int
     verifications: tuple[Verification, ...] = ()
-    timings: CycleTimings = NO_TIMINGS
+    #: the cycles measured whole since the last observation, oldest first
+    cycles: tuple[CycleTimings, ...] = ()
+    #: every draft planned at or before this step has been verified and
+    #: timed in this observation or an earlier one; None: the last plan's
+    verified_through: int | None = None
 
     def lag(self, verification: Verification) -> int:
         """Steps between a verified draft's plan and this one (1 where the

@@ -9,6 +9,7 @@ parts it owns, one module each:
 - ``step_costs``: the policy's target, draft and catch-up fits, and the
   costs of one step they give;
 - ``cycle_check``: the check of the plan's predictions against the clock;
+- ``timing_feed``: each measured timing to its fit and its cycle's check;
 - ``acceptance_rates``: each request's acceptance rate;
 - ``planner``: the lengths that maximise expected tokens per second (pure
   functions);

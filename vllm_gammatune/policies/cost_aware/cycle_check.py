@@ -26,17 +26,17 @@ token model is calibrated against verification on its own
 (``token_acceptance``), so what is left to check here is the clock against
 the costs, without the noise of acceptance.
 
-A cycle's seconds are the wall time from its plan to the next plan when the
-proposer reports it (``on_wall_time``), so vLLM's work around the draft
-passes that no pass timer sees is charged too; otherwise the sum of its
-timed parts. A cycle counts only when measured whole: its target step timed
-at the same batch size (no request joined or left, no prefill chunk), every
-planned draft pass timed, and at most ``OUTLIER_FACTOR`` times its
-prediction (not an idle gap), its catch-up passes not counted (timed around
-the forward alone, they hold no gap, and a catch-up far dearer than
-predicted is evidence). Pure Python. Why it checks what ran rather than the
-plan, and what the other choice cost: ``docs/cost-aware.md``, "The model
-checked against the clock".
+A cycle's seconds are the wall time from its plan to the next plan when
+reported (``on_wall_time``), so vLLM's work around the draft passes is
+charged too; otherwise the sum of its timed parts. A cycle counts only when
+measured whole: its target step timed at the same batch size, every planned
+draft pass timed, and at most ``OUTLIER_FACTOR`` times its prediction (not
+an idle gap), catch-up passes not counted (timed around the forward alone,
+they hold no gap). Each open cycle is keyed by its plan's step, and closed
+once its verification and timings have all arrived
+(``StepObservation.verified_through``): at the next plan on the host path,
+one later on the CUDA hot path. Pure Python. Why it checks what ran:
+``docs/cost-aware.md``, "The model checked against the clock".
 """
 
 from __future__ import annotations
@@ -110,69 +110,81 @@ class CycleCheck:
         self.scale_bounds = scale_bounds
         #: (batch size, drafted) -> sums
         self._sums: dict[tuple[int, bool], _Sums] = {}
-        self._open: _OpenCycle | None = None
+        #: the step of its plan -> the cycle, until closed
+        self._open: dict[int, _OpenCycle] = {}
         #: seconds of the cycle ``close`` last ended, whether or not it was
         #: measured whole (for traces; None: there was no open cycle)
         self.last_seconds: float | None = None
 
     # -- one cycle ----------------------------------------------------------
-    def open(self, num_reqs: int, num_draft_passes: int, predicted_tokens: float,
-             predicted_seconds: float) -> None:
-        """A plan was made: ``num_draft_passes`` draft passes (0 = skipped)
-        expected to emit ``predicted_tokens`` in ``predicted_seconds``."""
-        self._open = _OpenCycle(num_reqs, num_draft_passes, predicted_tokens,
-                                predicted_seconds)
+    def open(self, step: int, num_reqs: int, num_draft_passes: int,
+             predicted_tokens: float, predicted_seconds: float) -> None:
+        """The plan of ``step`` was made: ``num_draft_passes`` draft passes
+        (0 = skipped) expected to emit ``predicted_tokens`` in
+        ``predicted_seconds``."""
+        self._open[step] = _OpenCycle(num_reqs, num_draft_passes, predicted_tokens,
+                                      predicted_seconds)
 
-    def revise(self, tokens: float, seconds: float) -> None:
-        """Add to the open cycle's prediction: the plan's lengths were
-        changed while drafting (the per-token stop), and the check compares
-        what ran with the model's prediction of what ran."""
-        if self._open is not None:
-            self._open.predicted_tokens += tokens
-            self._open.predicted_seconds += seconds
+    def revise(self, step: int, tokens: float, seconds: float) -> None:
+        """Add to the prediction of the cycle of ``step``: the plan's lengths
+        were changed while drafting (the per-token stop), and the check
+        compares what ran with the model's prediction of what ran."""
+        cycle = self._open.get(step)
+        if cycle is not None:
+            cycle.predicted_tokens += tokens
+            cycle.predicted_seconds += seconds
 
-    def on_draft_pass(self, seconds: float) -> None:
-        if self._open is not None:
-            self._open.seconds += seconds
-            self._open.draft_passes_timed += 1
+    def on_draft_pass(self, step: int, seconds: float) -> None:
+        cycle = self._open.get(step)
+        if cycle is not None:
+            cycle.seconds += seconds
+            cycle.draft_passes_timed += 1
 
-    def on_draft_passes_run(self, num_draft_passes: int,
+    def on_draft_passes_run(self, step: int, num_draft_passes: int,
                             seconds_per_pass: float = 0.0) -> None:
-        """The open cycle's draft ended after ``num_draft_passes`` passes (a
+        """The cycle's draft ended after ``num_draft_passes`` passes (a
         per-token stop may end it before or after the plan's last pass); its
         prediction counts those passes at ``seconds_per_pass`` each instead
         of the plan's."""
-        if self._open is not None and self._open.num_draft_passes > 0:
-            extra = num_draft_passes - self._open.num_draft_passes
-            self._open.predicted_seconds += extra * seconds_per_pass
-            self._open.num_draft_passes = num_draft_passes
+        cycle = self._open.get(step)
+        if cycle is not None and cycle.num_draft_passes > 0:
+            extra = num_draft_passes - cycle.num_draft_passes
+            cycle.predicted_seconds += extra * seconds_per_pass
+            cycle.num_draft_passes = num_draft_passes
 
-    def on_catch_up_pass(self, seconds: float) -> None:
-        if self._open is not None:
-            self._open.seconds += seconds
-            self._open.catch_up_seconds += seconds
+    def on_catch_up_pass(self, step: int, seconds: float) -> None:
+        cycle = self._open.get(step)
+        if cycle is not None:
+            cycle.seconds += seconds
+            cycle.catch_up_seconds += seconds
 
-    def on_wall_time(self, seconds: float) -> None:
-        """The wall time from the open cycle's plan to now (the next plan)."""
-        if self._open is not None:
-            self._open.wall_seconds = seconds
+    def on_wall_time(self, step: int, seconds: float) -> None:
+        """The wall time from the cycle's plan to the next plan."""
+        cycle = self._open.get(step)
+        if cycle is not None:
+            cycle.wall_seconds = seconds
 
-    def on_accepted(self, num_accepted_tokens: float) -> None:
-        if self._open is not None:
-            self._open.accepted_tokens += num_accepted_tokens
+    def on_accepted(self, step: int, num_accepted_tokens: float) -> None:
+        cycle = self._open.get(step)
+        if cycle is not None:
+            cycle.accepted_tokens += num_accepted_tokens
 
-    def on_target_step(self, seconds: float, num_reqs: int) -> None:
-        if self._open is not None and self._open.target_num_reqs is None:
-            self._open.seconds += seconds
-            self._open.target_num_reqs = num_reqs
+    def on_target_step(self, step: int, seconds: float, num_reqs: int) -> None:
+        cycle = self._open.get(step)
+        if cycle is not None and cycle.target_num_reqs is None:
+            cycle.seconds += seconds
+            cycle.target_num_reqs = num_reqs
 
-    def close(self) -> MeasuredCycle | None:
-        """End the open cycle; what it measured if it was measured whole (and
-        recorded), else None."""
-        cycle, self._open = self._open, None
+    def close_through(self, step: int) -> list[tuple[int, MeasuredCycle | None]]:
+        """End every open cycle planned at or before ``step`` (whose
+        verification and timings have all arrived), oldest first: each
+        with what it measured if it was measured whole (and recorded),
+        else None."""
+        due = sorted(s for s in self._open if s <= step)
         self.last_seconds = None
-        if cycle is None:
-            return None
+        return [(s, self._close(self._open.pop(s))) for s in due]
+
+    def _close(self, cycle: _OpenCycle) -> MeasuredCycle | None:
         seconds = cycle.seconds if cycle.wall_seconds is None else cycle.wall_seconds
         self.last_seconds = seconds
         if (cycle.target_num_reqs != cycle.num_reqs

@@ -50,6 +50,10 @@ from vllm_gammatune.policies.cost_aware.step_costs import StepCosts
 _DINKELBACH_ITERATIONS = 8
 
 
+#: padding a step costs next to nothing below this share of the step
+PADDING_SHARE = 0.05
+
+
 def predicted_step(costs: StepCosts, rates: Sequence[float], plan: Sequence[int],
                    catch_up_tokens: Sequence[int] = ()) -> tuple[float, float]:
     """(tokens, seconds) the model expects of ``plan``: what ``best_plan``
@@ -66,6 +70,18 @@ def predicted_step(costs: StepCosts, rates: Sequence[float], plan: Sequence[int]
                     + (costs.catch_up_base + costs.catch_up_per_token * missed
                        if missed else 0.0))
     return tokens, seconds
+
+
+def padding_is_free(target_base: float, target_slope: float, num_reqs: int,
+                    num_draft_tokens: int) -> bool:
+    """Whether verifying ``num_draft_tokens`` more positions per request
+    costs at most ``PADDING_SHARE`` of a step of one token per request, by
+    the target's line (``target_base`` + ``target_slope`` x tokens): a GPU
+    at small batch, where a padded step replays a FULL graph; never the
+    CPU, whose verification grows with every token (``docs/cuda.md``,
+    "A step where no request drafts")."""
+    extra = target_slope * num_reqs * num_draft_tokens
+    return extra <= PADDING_SHARE * (target_base + target_slope * num_reqs)
 
 
 def draft_gain(decode_costs: StepCosts, rates: Sequence[float], plan: Sequence[int],

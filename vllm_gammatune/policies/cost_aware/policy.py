@@ -55,21 +55,17 @@ from vllm_gammatune.policies.cost_aware.linear_costs import (
     BatchLocalLinearCost,
     FixedLinearCost,
 )
-from vllm_gammatune.policies.cost_aware.planner import predicted_step
+from vllm_gammatune.policies.cost_aware.planner import padding_is_free, predicted_step
 from vllm_gammatune.policies.cost_aware.probe_scheduler import ProbeScheduler
 from vllm_gammatune.policies.cost_aware.prompt_chunks import PromptChunks
 from vllm_gammatune.policies.cost_aware.request_state import CostAwareState
 from vllm_gammatune.policies.cost_aware.step_costs import CostFits, StepCosts
 from vllm_gammatune.policies.cost_aware.step_plans import PlanRules
+from vllm_gammatune.policies.cost_aware.timing_feed import feed_timings
 from vllm_gammatune.policies.cost_aware.token_stop import TokenPrices, TokenStop
 from vllm_gammatune.policies.observation import (
-    CatchUpPassTiming,
-    CycleWallTime,
-    DraftPassTiming,
     DraftSource,
-    PassesRun,
     StepObservation,
-    TargetStepTiming,
     Timing,
     Verification,
 )
@@ -149,6 +145,10 @@ class CostAwarePolicy(DraftLengthPolicy, TokenRule, CostObserver, FreeDraftPlann
         #: step the next plan is of (``StepObservation.step``)
         self._planned: PlannedStep | None = None
         self._step = 0
+        #: the step of the last plan, and the step through which the last
+        #: observation settled every cycle (None: the last plan's)
+        self._planned_at = 0
+        self._settled: int | None = None
         #: a ruled draft may run to the cap: the drafter ends the loop when
         #: the rule stops every draft (off where it runs every planned pass)
         self._ruled_drafts_run_to_cap = True
@@ -161,6 +161,10 @@ class CostAwarePolicy(DraftLengthPolicy, TokenRule, CostObserver, FreeDraftPlann
         self._ruled_drafts_run_to_cap = not traits.runs_every_planned_pass
         if not traits.keeps_draft_kv:
             self.costs.without_catch_ups()
+
+    def pads_skipped_step(self, num_reqs: int, num_draft_tokens: int) -> bool:
+        return self.costs.ready and padding_is_free(
+            *self.costs.target.coefficients(num_reqs), num_reqs, num_draft_tokens)
 
     # -- the parts' settings that tools and tests read -------------------------
     @property
@@ -190,34 +194,18 @@ class CostAwarePolicy(DraftLengthPolicy, TokenRule, CostObserver, FreeDraftPlann
         """The last step's drafting, then its verifications, then the target
         step: the order they happened in (``policies.observation``)."""
         self._step = observation.step
-        self.observe_costs(observation.timings.drafting)
+        self._settled = observation.verified_through
+        for cycle in observation.cycles:
+            self.observe_costs(cycle.drafting, cycle.step)
         super().observe_step(observation, states)
-        self.observe_costs(observation.timings.target)
+        for cycle in observation.cycles:
+            self.observe_costs(cycle.target, cycle.step)
 
-    def observe_costs(self, timings: Sequence[Timing]) -> None:
-        """Each timing feeds its fit, and the open cycle's check."""
-        check = self.cycle_check
-        for timing in timings:
-            if isinstance(timing, TargetStepTiming):
-                self.costs.add_target_step(timing.num_scheduled_tokens, timing.seconds,
-                                           timing.num_reqs)
-                if check is not None:
-                    check.on_target_step(timing.seconds, timing.num_reqs)
-            elif isinstance(timing, DraftPassTiming):
-                self.costs.add_draft_pass(timing.num_tokens, timing.seconds, timing.num_reqs)
-                if check is not None:
-                    check.on_draft_pass(timing.seconds)
-            elif isinstance(timing, CatchUpPassTiming):
-                self.costs.add_catch_up_pass(timing.num_tokens, timing.seconds)
-                if check is not None:
-                    check.on_catch_up_pass(timing.seconds)
-            elif check is None:
-                continue
-            elif isinstance(timing, PassesRun):
-                # the per-token stop may end a step before its planned passes
-                check.on_draft_passes_run(timing.num_passes, self.token_stop.seconds_per_pass)
-            elif isinstance(timing, CycleWallTime):
-                check.on_wall_time(timing.seconds)
+    def observe_costs(self, timings: Sequence[Timing], step: int | None = None) -> None:
+        """Each timing feeds its fit, and the check of the cycle planned at
+        ``step`` (None: the last plan's)."""
+        feed_timings(timings, self._planned_at if step is None else step, self.costs,
+                     self.cycle_check, self.token_stop.seconds_per_pass)
 
     def new_state(self) -> CostAwareState:
         return CostAwareState()
@@ -242,11 +230,12 @@ class CostAwarePolicy(DraftLengthPolicy, TokenRule, CostObserver, FreeDraftPlann
         if self.cycle_check is not None:
             # a ruled draft counts the tokens the rule expected of it: the
             # clock's check of the costs is spared the noise of acceptance
+            step = verification.step
             if revision is None:
-                self.cycle_check.on_accepted(num_accepted_tokens)
+                self.cycle_check.on_accepted(step, num_accepted_tokens)
             else:
-                self.cycle_check.revise(revision.tokens, revision.seconds)
-                self.cycle_check.on_accepted(revision.accepted_tokens)
+                self.cycle_check.revise(step, revision.tokens, revision.seconds)
+                self.cycle_check.on_accepted(step, revision.accepted_tokens)
         return state
 
     # -- free drafts, per-token decisions ------------------------------------------
@@ -283,9 +272,9 @@ class CostAwarePolicy(DraftLengthPolicy, TokenRule, CostObserver, FreeDraftPlann
         num_reqs = len(states)
         no_probes = [False] * num_reqs
         probe_records = [s.probes for s in states]
-        # 1. the previous plan's cycle, as the clock measured it
-        measured = None if self.cycle_check is None else self.cycle_check.close()
-        self.probes.settle(measured)
+        # 1. the cycles now verified and timed, as the clock measured them
+        measured = self._settle_cycles()
+        self._planned_at, self._settled = self._step, None
         # 2. warm-up
         if not self.costs.ready:
             plan = [self.warmup_num_draft_tokens] * num_reqs
@@ -314,12 +303,12 @@ class CostAwarePolicy(DraftLengthPolicy, TokenRule, CostObserver, FreeDraftPlann
         limits = self.rules.probe_limits(self.probes, probe_records, plan, costs, batch,
                                          self.catch_up_shares)
         probed = self.probes.add_probes(probe_records, plan, max(limits) > 0, costs, rates,
-                                        batch.catch_up_tokens, limits)
+                                        batch.catch_up_tokens, limits, self._step)
         self.probes.advance(probe_records, plan, probed.probes)
         # 6. this plan's cycle, to be measured; not a cycle with free drafts,
         # whose verification the plan's prediction does not hold
         if self.cycle_check is not None and not any(batch.free_draft_tokens):
-            self.cycle_check.open(num_reqs, max(probed.lengths, default=0),
+            self.cycle_check.open(self._step, num_reqs, max(probed.lengths, default=0),
                                   probed.predicted_tokens, probed.predicted_seconds)
         # 7. the per-token stop
         lengths = self._ruled_lengths(states, batch, rates, costs, scale, plan,
@@ -340,6 +329,15 @@ class CostAwarePolicy(DraftLengthPolicy, TokenRule, CostObserver, FreeDraftPlann
         self._planned = PlannedStep(kind, planned, probes, batch, predicted_tokens,
                                     predicted_seconds, measured)
         return lengths
+
+    def _settle_cycles(self) -> MeasuredCycle | None:
+        """Close the cycles verified and timed whole since the last plan
+        (``StepObservation.verified_through``), each settling its probes;
+        what the newest measured, for the trace."""
+        settled = self._planned_at if self._settled is None else self._settled
+        closed = [] if self.cycle_check is None else self.cycle_check.close_through(settled)
+        self.probes.settle(settled, dict(closed))
+        return closed[-1][1] if closed else None
 
     def _rates(self, states: list[CostAwareState]) -> list[float]:
         """[num_reqs] the draft model's acceptance rate of each request."""

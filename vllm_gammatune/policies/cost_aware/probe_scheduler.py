@@ -39,7 +39,7 @@ Why each rule, with the runs behind it: ``docs/cost-aware.md``, "Probing".
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from vllm_gammatune.policies.cost_aware.cycle_check import MeasuredCycle
@@ -82,20 +82,22 @@ class ProbeScheduler:
         self._probe_seconds = 0.0
         self._engine_seconds = 0.0
         self._engine_steps = 0.0
-        #: (predicted lost seconds, predicted seconds per token without the
-        #: probes) of a step the probes made draft, until it is measured
-        self._open_probe: tuple[float, float] | None = None
+        #: the step of a plan the probes made draft -> (predicted lost
+        #: seconds, predicted seconds per token without the probes), until
+        #: its cycle is settled
+        self._open_probes: dict[int, tuple[float, float]] = {}
 
-    def settle(self, measured: MeasuredCycle | None) -> None:
-        """The last step probed: what it lost, measured, replaces the
-        prediction charged to the budget when it was planned."""
-        if self._open_probe is None:
-            return
-        predicted_lost, seconds_per_token = self._open_probe
-        self._open_probe = None
-        if measured is not None:
-            lost = max(0.0, measured.seconds - measured.tokens * seconds_per_token)
-            self._probe_seconds = max(0.0, self._probe_seconds + lost - predicted_lost)
+    def settle(self, through: int, measured: Mapping[int, MeasuredCycle | None]) -> None:
+        """The cycles planned at or before ``through`` are settled: where a
+        probed one was measured whole (``measured``: step -> cycle), what it
+        lost replaces the prediction charged to the budget when it was
+        planned."""
+        for step in sorted(s for s in self._open_probes if s <= through):
+            predicted_lost, seconds_per_token = self._open_probes.pop(step)
+            cycle = measured.get(step)
+            if cycle is not None:
+                lost = max(0.0, cycle.seconds - cycle.tokens * seconds_per_token)
+                self._probe_seconds = max(0.0, self._probe_seconds + lost - predicted_lost)
 
     @staticmethod
     def is_due(state: ProbeRecord, num_draft_tokens: int) -> bool:
@@ -107,11 +109,11 @@ class ProbeScheduler:
     def add_probes(self, states: list[ProbeRecord], plan: list[int], may_probe: bool,
                    costs: StepCosts, rates: Sequence[float],
                    catch_up_tokens: Sequence[int],
-                   draft_limits: Sequence[int] = ()) -> ProbedPlan:
-        """The plan with its probes (none unless ``may_probe``; none for a
-        request whose ``draft_limits`` is 0: its drafter has nothing to
-        offer, or not even a draft that is always right would pay),
-        priced at ``costs``; charges the budget."""
+                   draft_limits: Sequence[int] = (), step: int = 0) -> ProbedPlan:
+        """The plan of ``step`` with its probes (none unless ``may_probe``;
+        none for a request whose ``draft_limits`` is 0: its drafter has
+        nothing to offer, or not even a draft that is always right would
+        pay), priced at ``costs``; charges the budget."""
         probes = self._probe_mask(states, plan, may_probe)
         if draft_limits:
             probes = [probe and limit > 0 for probe, limit in zip(probes, draft_limits)]
@@ -127,7 +129,7 @@ class ProbeScheduler:
                 probes, probed, lost = [False] * len(plan), plan, 0.0
                 tokens, seconds = base_tokens, base_seconds
             elif max(plan) == 0:
-                self._open_probe = (lost, base_seconds / base_tokens)
+                self._open_probes[step] = (lost, base_seconds / base_tokens)
         self._probe_seconds = _BUDGET_MEMORY * self._probe_seconds + lost
         self._engine_seconds = _BUDGET_MEMORY * self._engine_seconds + seconds
         self._engine_steps = _BUDGET_MEMORY * self._engine_steps + 1.0
