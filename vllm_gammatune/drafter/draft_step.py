@@ -126,14 +126,19 @@ class DraftStep:
         self.stop_on = stop_on
         self.keep_entropies = keep_entropies
         self.keep_distributions = keep_distributions
-        # [num_reqs]
-        self.planned = async_tensor_h2d(planned, dtype=torch.int32, device=device)
-        # [num_reqs] final number of draft tokens per request
-        self.lengths = self.planned.clone()
-        # [num_reqs] True once the request drafts no further
-        self.stopped = torch.zeros_like(self.planned, dtype=torch.bool)
-        # [num_reqs] True where the request was stopped early by its threshold
-        self.stopped_early = torch.zeros_like(self.stopped)
+        #: the lengths are tracked on the device: a threshold stop decides
+        #: there, or the loop exits early; otherwise every planned pass runs
+        #: and each length is its plan, known on the host (no tensor op)
+        self._tracks_on_device = early_exit or stop_thresholds is not None
+        if self._tracks_on_device:
+            # [num_reqs]
+            self.planned = async_tensor_h2d(planned, dtype=torch.int32, device=device)
+            # [num_reqs] final number of draft tokens per request
+            self.lengths = self.planned.clone()
+            # [num_reqs] True once the request drafts no further
+            self.stopped = torch.zeros_like(self.planned, dtype=torch.bool)
+            # [num_reqs] True where the request was stopped early by its threshold
+            self.stopped_early = torch.zeros_like(self.stopped)
         self.token_ids: list[torch.Tensor] = []  # num_passes x [num_reqs]
         # vLLM's draft probs, num_passes x [num_reqs, vocab]
         self.probs: list[torch.Tensor] = []
@@ -173,15 +178,11 @@ class DraftStep:
         if probs is not None:
             self.probs.append(probs)
         position = len(self.token_ids)  # tokens drafted so far, 1-based
+        entropy = None if distribution is None else self._keep(distribution)
+        if not self._tracks_on_device:
+            return False
         reached_plan = self.planned <= position
         if distribution is not None:
-            entropy = None
-            if self.keep_entropies or self.stop_on == STOP_ON_ENTROPY:
-                entropy = entropy_bits(distribution)  # [num_reqs]
-            if self.keep_entropies:
-                self.entropies.append(entropy)
-            if self.keep_distributions:
-                self.distributions.append(distribution)
             if self.stop_thresholds is not None:
                 if self.stop_on == STOP_ON_ENTROPY:
                     stop = entropy > self.stop_thresholds
@@ -200,6 +201,18 @@ class DraftStep:
                 self.stop_thresholds is None and self.token_rule is None):
             return False
         return bool(self.stopped.all())
+
+    def _keep(self, distribution: torch.Tensor) -> torch.Tensor | None:
+        """Keep what the step's verification reads of this pass's
+        distribution; its entropy ([num_reqs]) where it is needed."""
+        entropy = None
+        if self.keep_entropies or self.stop_on == STOP_ON_ENTROPY:
+            entropy = entropy_bits(distribution)  # [num_reqs]
+        if self.keep_entropies:
+            self.entropies.append(entropy)
+        if self.keep_distributions:
+            self.distributions.append(distribution)
+        return entropy
 
     @property
     def _reads_token_probs(self) -> bool:
@@ -231,8 +244,9 @@ class DraftStep:
         num_reqs = len(self.planned_lengths)
         num_passes = len(self.token_ids)
         # [num_reqs, num_passes + 2 (+ num_passes) (+ 1)]
-        columns = [torch.stack(self.token_ids, dim=1), self.lengths.unsqueeze(1),
-                   self.stopped_early.unsqueeze(1)]
+        columns = [torch.stack(self.token_ids, dim=1)]
+        if self._tracks_on_device:
+            columns += [self.lengths.unsqueeze(1), self.stopped_early.unsqueeze(1)]
         if self.token_probs:
             columns.append(torch.stack(self.token_probs, dim=1))
         if valid_counts is not None:
@@ -244,9 +258,14 @@ class DraftStep:
         rows, *extra_rows = _unflattened(values, [t.shape for t in tensors])
         self._read = True
         self._token_rows = [[int(x) for x in row[:num_passes]] for row in rows]
-        self._host_lengths = [int(row[num_passes]) for row in rows]
-        self.stopped_early_host = [row[num_passes + 1] != 0.0 for row in rows]
-        column = num_passes + 2
+        if self._tracks_on_device:
+            self._host_lengths = [int(row[num_passes]) for row in rows]
+            self.stopped_early_host = [row[num_passes + 1] != 0.0 for row in rows]
+            column = num_passes + 2
+        else:
+            self._host_lengths = list(self.planned_lengths)
+            self.stopped_early_host = [False] * num_reqs
+            column = num_passes
         if self.token_probs:
             self._token_prob_rows = [row[column:column + num_passes] for row in rows]
             column += num_passes

@@ -35,6 +35,7 @@ scale describes one engine's state; it holds the last writer's value.
 from __future__ import annotations
 
 import atexit
+import collections
 import contextlib
 import fcntl
 import mmap
@@ -276,9 +277,12 @@ class StepCounters:
         ``policy_seconds``: the drafter's own time so far (a total).
         """
         base = len(FIELDS)  # the histogram follows the fields
+        # at most K + 1 distinct lengths: one add each, not one per request
+        histogram = collections.Counter(min(length, self.max_num_draft_tokens)
+                                        for length in num_draft_tokens_per_request)
         with self._locked():
-            for length in num_draft_tokens_per_request:
-                self._add_at(base + min(length, self.max_num_draft_tokens), 1)
+            for length, count in histogram.items():
+                self._add_at(base + length, count)
             self._add("num_draft_tokens", sum(num_draft_tokens_per_request))
             self._add("num_planned_draft_tokens", num_planned_draft_tokens)
             self._add("num_confidence_stops", num_confidence_stops)
