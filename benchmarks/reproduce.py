@@ -5,8 +5,8 @@ arguments the published run used. This module only turns that file into
 command lines of the benchmark commands (``python -m benchmarks.X`` for
 ``run_bench``, ``run_paired``, ``oracle``, ``idle_overhead``, ``serve_bench``,
 ``write_report``, ``gsm8k_quality``, ``plugin_memory``, ``gpu_suite``,
-``run_traffic``) and runs them one after
-another from the repository root; the measuring is theirs.
+``run_traffic``) and runs them one after another from the repository
+root; the measuring is theirs.
 
     python -m benchmarks.reproduce --list
     python -m benchmarks.reproduce headline --quick      # a first look, a few minutes
@@ -34,7 +34,8 @@ first look fits beside other work). Output goes to
 published folder ``results`` names: the harness resumes, so an existing
 folder's cells would be skipped rather than measured again. The harness
 prepares the real Qwen pair on first use unless ``--target``/``--draft``
-are given.
+are given. A config with a ``readme`` entry is measured into a manifest
+instead, its README table written or checked from it (``bench.readme_run``).
 """
 
 from __future__ import annotations
@@ -42,9 +43,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
+
+from gammatune_tools.bench import readme_plan
 
 BENCHMARKS = Path(__file__).resolve().parent
 REPO = BENCHMARKS.parent
@@ -78,11 +82,13 @@ LISTS_CELLS = ("gpu_suite",)
 SIZE_KEYS = ("per_category", "limit", "max_tokens")
 
 #: the keys a config may carry
-CONFIG_KEYS = {"description", "results", "steps", "quick", "env", "quick_env"}
+CONFIG_KEYS = {"description", "results", "steps", "quick", "env", "quick_env", "readme"}
 
 #: the keys a step may carry; ``"skip_quick": true`` leaves the step out of
-#: the quick plan (a second run of choices the first step already measures)
-STEP_KEYS = {"harness", "subdir", "args", "stdout", "skip_quick"}
+#: the quick plan (a second run of choices the first step already measures);
+#: ``"args_from": "NAME"`` starts from the arguments of config NAME's first
+#: step of the same harness (the step's own ``args`` override them)
+STEP_KEYS = {"harness", "subdir", "args", "stdout", "skip_quick", "args_from"}
 
 
 class ConfigError(ValueError):
@@ -130,9 +136,27 @@ def check_config(config: dict, where: str) -> None:
                               "must be true or false")
     if all(step.get("skip_quick") for step in config["steps"]):
         raise ConfigError(f"{where}: every step has skip_quick; the quick plan would be empty")
-    for key in ("quick", "env", "quick_env"):
+    for key in ("quick", "env", "quick_env", "readme"):
         if not isinstance(config.get(key, {}), dict):
             raise ConfigError(f"{where}: {key!r} must be an object")
+    if "readme" in config:
+        try:
+            readme_plan.check_readme_entry(config, where)
+        except ValueError as error:
+            raise ConfigError(str(error)) from None
+
+
+def inherited_args(step: dict, configs: Path = CONFIGS) -> dict:
+    """The step's ``args`` over those of its ``args_from`` config's first
+    step of the same harness."""
+    if "args_from" not in step:
+        return dict(step.get("args", {}))
+    source = load_config(step["args_from"], configs)
+    same = [s for s in source["steps"] if s["harness"] == step["harness"]]
+    if not same:
+        raise ConfigError(f"args_from {step['args_from']!r}: that config has no "
+                          f"{step['harness']} step")
+    return {**same[0].get("args", {}), **step.get("args", {})}
 
 
 def method_names(step: dict) -> list[str]:
@@ -145,10 +169,10 @@ def method_names(step: dict) -> list[str]:
     return [m for m in names if m not in spec_names]
 
 
-def step_args(step: dict, quick: dict | None) -> dict:
+def step_args(step: dict, quick: dict | None, configs: Path = CONFIGS) -> dict:
     """The step's arguments with the quick overrides applied: to the keys the
     step sets, and to ``SIZE_KEYS`` in every engine harness."""
-    args = dict(step.get("args", {}))
+    args = inherited_args(step, configs)
     for key, value in (quick or {}).items():
         if key in args or (key in SIZE_KEYS and step["harness"] in ENGINE_HARNESS):
             args[key] = value
@@ -173,8 +197,10 @@ def to_argv(args: dict) -> list[str]:
 
 def plan(name: str, quick: bool = False, out: Path | None = None,
          target: str | None = None, draft: str | None = None,
-         configs: Path = CONFIGS) -> list[dict]:
-    """[{"argv": [...], "stdout": path or None, "env": {...}}] for the named table, in order."""
+         configs: Path = CONFIGS, overrides: dict[str, dict] | None = None) -> list[dict]:
+    """[{"argv": [...], "stdout": path or None, "env": {...}}] for the named table, in order.
+
+    ``overrides``: subdir -> arguments set over the step's (after ``quick``)."""
     config = load_config(name, configs)
     out = Path(out) if out else RUNS / (f"{name}-quick" if quick else name)
     commands = []
@@ -188,7 +214,8 @@ def plan(name: str, quick: bool = False, out: Path | None = None,
             argv.append(str(folder))
         elif out_style == "--out":
             argv += ["--out", str(folder)]
-        args = step_args(step, config.get("quick") if quick else None)
+        args = step_args(step, config.get("quick") if quick else None, configs)
+        args.update((overrides or {}).get(step.get("subdir", ""), {}))
         if step["harness"] in ENGINE_HARNESS:
             args.update({key: value for key, value in (("target", target), ("draft", draft))
                          if value})
@@ -213,7 +240,32 @@ def shell_line(command: dict) -> str:
     return line + (f" > {shlex.quote(str(command['stdout']))}" if command["stdout"] else "")
 
 
+#: seconds a stopped harness gets to stop its engines before it is killed
+STOP_WAIT_S = 120
+
+
+def call(argv: list[str], **kwargs) -> int:
+    """``subprocess.call``, except that when this process is stopped the
+    harness is stopped first and given time to stop its engines (their core
+    processes would outlive it otherwise): Ctrl-C reaches it by itself,
+    anything else (SIGTERM) is passed on."""
+    child = subprocess.Popen(argv, **kwargs)
+    try:
+        return child.wait()
+    except BaseException as error:
+        if not isinstance(error, KeyboardInterrupt):
+            child.terminate()
+        try:
+            child.wait(timeout=STOP_WAIT_S)
+        except subprocess.TimeoutExpired:
+            child.kill()
+        raise
+
+
 def run(commands: list[dict]) -> int:
+    # a SIGTERM unwinds like Ctrl-C: the harness is stopped cleanly (``call``)
+    # and a readme run's complete rounds still go into its manifest
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     env = dict(os.environ)
     # The commands run from the repository root (this checkout's packages come
     # first for them); the servers and engine processes they start see it too.
@@ -224,9 +276,9 @@ def run(commands: list[dict]) -> int:
         if command["stdout"]:
             Path(command["stdout"]).parent.mkdir(parents=True, exist_ok=True)
             with open(command["stdout"], "w") as sink:
-                code = subprocess.call(command["argv"], cwd=REPO, env=step_env, stdout=sink)
+                code = call(command["argv"], cwd=REPO, env=step_env, stdout=sink)
         else:
-            code = subprocess.call(command["argv"], cwd=REPO, env=step_env)
+            code = call(command["argv"], cwd=REPO, env=step_env)
         if code:
             print(f"reproduce: step failed with exit code {code}", file=sys.stderr)
             return code
@@ -244,6 +296,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--draft", help="draft model path")
     parser.add_argument("--dry-run", action="store_true", help="print the commands only")
     parser.add_argument("--list", action="store_true", help="list the tables and exit")
+    readme = parser.add_argument_group("readme (a table measured into a manifest)")
+    readme.add_argument("--write", action="store_true",
+                        help="write the README's table from the manifest; nothing runs")
+    readme.add_argument("--check", action="store_true",
+                        help="exit 1 when the README's table is not the manifest's, or the "
+                             "manifest's plugin tree not HEAD's; nothing runs")
+    readme.add_argument("--manifest", type=Path, help="default: the config's results folder "
+                        "(--quick: the output folder), manifest.json")
+    readme.add_argument("--readme", type=Path, default=REPO / "README.md",
+                        help="the README --write and --check read")
     args = parser.parse_args(argv)
     if args.list:
         for name in config_names():
@@ -252,6 +314,14 @@ def main(argv: list[str] | None = None) -> int:
     if not args.name:
         parser.error("NAME is required; allowed: " + ", ".join(config_names()))
     try:
+        if "readme" in load_config(args.name):
+            from gammatune_tools.bench import readme_run
+
+            return readme_run.main(args, argv, readme_run.Planner(
+                load_config, step_args, plan, shell_line, run, RUNS))
+        if args.write or args.check or args.manifest:
+            parser.error(f"--write, --check and --manifest: only for a table with a manifest "
+                         f"({', '.join(n for n in config_names() if 'readme' in load_config(n))})")
         commands = plan(args.name, args.quick, args.out, args.target, args.draft)
     except ConfigError as error:
         parser.error(str(error))

@@ -98,3 +98,59 @@ def test_served_interleaved_rows_summarised_per_round(tmp_path):
     assert "One server alive at a time" in text and "(`--warmup-cell`)" in text
     assert "alive at once" not in text and "started in the order" not in text
     assert next(li for li in text.splitlines() if "| cost |" in li) == line
+
+
+def test_an_engines_share_of_a_round_is_done_only_with_every_batch_of_every_size():
+    rows = [{"round": 0, "method": "a", "batch_size": 1, "batch": b} for b in range(3)]
+    rows += [{"round": 0, "method": "a", "batch_size": 2, "batch": b} for b in range(2)]
+    rows += [{"round": 0, "method": "b", "batch_size": 1, "batch": b} for b in range(3)]
+    rows += [{"round": 1, "method": "b", "batch_size": 2, "batch": b} for b in range(2)]
+    assert paired.shares_done(rows, 0, [1, 2], num_prompts=3) == {"a"}
+    assert paired.shares_done(rows, 0, [1], num_prompts=3) == {"a", "b"}
+    assert paired.shares_done(rows, 1, [1, 2], num_prompts=3) == set()
+
+
+def test_fresh_engines_start_each_engine_once_a_round_rotating_and_resume_by_share(
+        tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from gammatune_tools.bench import paired_runs
+
+    def fake_generate(llm, batch, params):
+        return [SimpleNamespace(outputs=[SimpleNamespace(token_ids=[1] * params)])
+                for _ in batch]
+
+    class Counts:
+        def __init__(self, llm):
+            pass
+
+        def read(self):
+            return {"accepted": 0.0}
+
+    monkeypatch.setattr(paired_runs, "generate", fake_generate)
+    monkeypatch.setattr(paired_runs, "stop_llm", lambda llm: None)
+    monkeypatch.setattr(paired_runs, "write_summaries", lambda *a: [])
+    monkeypatch.setattr(paired_runs, "write_summary", lambda *a: None)
+    started = []
+
+    def start(method, trace_name):
+        started.append(trace_name)
+        return method
+
+    main = paired_runs.PromptSet(tmp_path / "main", ["p1", "p2", "p3"], ["a", "b"], [1, 2], 4)
+    also = paired_runs.PromptSet(tmp_path / "also", ["c1"], ["b", "c"], [1], 6)
+    for prompt_set in (main, also):
+        prompt_set.out.mkdir()
+    args = SimpleNamespace(rounds=2)
+    paired_runs.run_fresh_engines(args, [main, also], start, Counts)
+    assert started == ["a_r0", "b_r0", "c_r0", "b_r1", "c_r1", "a_r1"]
+    rows = paired.read_jsonl(main.out / paired.ROWS_FILE)
+    assert len(rows) == 2 * 2 * (3 + 2)  # rounds x methods x (3 batches at 1, 2 at 2)
+    assert {(r["round"], r["method"], r["position"]) for r in rows} == {
+        (0, "a", 0), (0, "b", 1), (1, "b", 0), (1, "a", 2)}
+    extra = paired.read_jsonl(also.out / paired.ROWS_FILE)
+    assert [(r["method"], r["output_tokens"]) for r in extra] == [("b", 6), ("c", 6)] * 2
+    # a rerun finds every share done and starts nothing
+    started.clear()
+    paired_runs.run_fresh_engines(args, [main, also], start, Counts)
+    assert started == []

@@ -81,6 +81,19 @@ def complete_rounds(rows: list[dict], methods: list[str],
     return done
 
 
+def shares_done(rows: list[dict], round_index: int, batch_sizes: list[int],
+                num_prompts: int) -> set[str]:
+    """The engines whose whole share of a round (every batch of every size)
+    has rows: with one engine alive at a time (``--fresh-engines``) each
+    engine's share of a round is its unit of resuming."""
+    needed = {(size, b) for size in batch_sizes for b in range(num_batches(num_prompts, size))}
+    seen: dict[str, set[tuple[int, int]]] = defaultdict(set)
+    for row in rows:
+        if row["round"] == round_index:
+            seen[row["method"]].add((row["batch_size"], row["batch"]))
+    return {method for method, pairs in seen.items() if needed <= pairs}
+
+
 def draft_forwards(engine: str, per_round: list[dict]) -> float | None:
     """Batched draft forwards: the plugin's counter; vLLM's own drafter
     (no counter) runs K of them at every step that drafts (None where its K
@@ -177,6 +190,12 @@ ALIVE_AT_ONCE = ("Every engine alive at once (offline: in one process; served: o
                  "engine back to back, the first engine rotating.")
 
 
+#: ... and of a ``--fresh-engines`` run
+FRESH_ENGINES = ("One engine alive at a time (`--fresh-engines`): in each round every "
+                 "method's engine is started afresh in turn, the first rotating by round, "
+                 "runs every batch of the round and is stopped.")
+
+
 def paired_report(summary: list[dict], baseline: str, title: str,
                   started: list[str] | None = None, design: str = ALIVE_AT_ONCE) -> str:
     """``summarize``'s rows as a Markdown table, with the run's design."""
@@ -213,8 +232,10 @@ def write_summary(out: Path, methods: list[str], num_prompts: int,
     rows = read_jsonl(out / ROWS_FILE)
     ordered = baseline_first(methods, baseline)
     path = out / "paired.md"
+    fresh = read_context(out).get("args", {}).get("fresh_engines")
     path.write_text(paired_report(summarize(rows, ordered, num_prompts), ordered[0],
-                                  out.name, started=methods))
+                                  out.name, started=None if fresh else methods,
+                                  design=FRESH_ENGINES if fresh else ALIVE_AT_ONCE))
     return path
 
 

@@ -117,3 +117,33 @@ def chat_renderer(target: str):
 
     return render
 
+
+def draw_questions(count: int, seed: int, split: str = "all",
+                   path: Path = SPEC_BENCH) -> list[dict]:
+    """``count`` rows of a categorised JSONL (Spec-Bench), drawn with ``seed``
+    so that every category is present: each category's rows shuffled, then
+    taken one per category in turn, the categories in a shuffled order each
+    pass. ``split`` as in ``load_prompts``. The rows are the file's
+    (``question_id``, ``category``, ``turns``), in the order drawn."""
+    import random
+
+    keep = {"tune": 1, "eval": 0}.get(split)
+    by_category: dict[str, list[dict]] = defaultdict(list)
+    for line in Path(path).open():
+        if line.strip():
+            row = json.loads(line)
+            if keep is None or row["question_id"] % 2 == keep:
+                by_category[row["category"]].append(row)
+    available = sum(len(rows) for rows in by_category.values())
+    if not len(by_category) <= count <= available:
+        raise ValueError(f"prompts: {count} questions; allowed: {len(by_category)} (one per "
+                         f"category) to {available} ({Path(path).name}, split {split!r})")
+    rng = random.Random(seed)
+    names = sorted(by_category)
+    for name in names:
+        rng.shuffle(by_category[name])
+    drawn: list[dict] = []
+    while len(drawn) < count:
+        rng.shuffle(names)
+        drawn += [by_category[name].pop() for name in names if by_category[name]]
+    return drawn[:count]

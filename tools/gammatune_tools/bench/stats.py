@@ -60,3 +60,51 @@ def paired_difference(method_correct: list[bool], reference_correct: list[bool]
     return {"only_method": b, "only_reference": c, "difference": diff,
             "low": diff - half, "high": diff + half, "p": min(1.0, 2 * tail)}
 
+
+#: the interval's coverage and the resamples behind it
+BOOTSTRAP_LEVEL = 0.95
+BOOTSTRAP_RESAMPLES = 2000
+
+
+def two_level_bootstrap(statistic, num_rounds: int, num_units: int,
+                        resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0,
+                        level: float = BOOTSTRAP_LEVEL
+                        ) -> tuple[float, float | None, float | None]:
+    """``statistic(rounds, units)`` on the data and its percentile interval
+    (None, None for one round of one unit: nothing to resample, and a
+    zero-width interval would read as certainty).
+
+    ``statistic`` takes two index arrays, the rounds and the units (prompts,
+    or batches of prompts: a batch counts once) to use, repeats allowed.
+    Each resample draws rounds and units together, both with replacement:
+    rounds alone would treat the prompts as fixed and leave out how much a
+    different prompt set moves the ratio, which on speculative decoding is
+    most of the spread. Seeded, so a table written twice reads the same.
+    """
+    import numpy
+
+    if num_rounds < 1 or num_units < 1:
+        raise ValueError(f"bootstrap: needs rounds and units; got {num_rounds} rounds, "
+                         f"{num_units} units")
+    rng = numpy.random.default_rng(seed)
+    point = float(statistic(numpy.arange(num_rounds), numpy.arange(num_units)))
+    if num_rounds == 1 and num_units == 1:
+        return point, None, None
+    samples = [statistic(rng.integers(0, num_rounds, num_rounds),
+                         rng.integers(0, num_units, num_units)) for _ in range(resamples)]
+    tail = (1 - level) / 2 * 100
+    low, high = numpy.percentile(samples, [tail, 100 - tail])
+    return point, float(low), float(high)
+
+
+def verdict(low: float | None, high: float | None) -> str:
+    """Words as strong as a ratio's interval: "faster" when it lies above 1,
+    "slower" below, "at parity" when it holds 1, "no interval" when there
+    is none."""
+    if low is None or high is None:
+        return "no interval"
+    if low > 1.0:
+        return "faster"
+    if high < 1.0:
+        return "slower"
+    return "at parity"

@@ -1,0 +1,167 @@
+"""The README table's manifest: what was measured, where, on which plugin
+code, every complete round's raw numbers and every cell computed from them.
+
+Rounds pool: a run adds its complete rounds to the manifest's, keyed by
+(session, cell, round), and none is ever dropped. A session is one run
+folder's life (``benchmarks.reproduce readme`` resumes a stopped one and,
+once its rounds are complete, asks it for more); rounds of another folder
+are kept beside as their own session. Rounds pool only at one plugin tree
+(``git rev-parse HEAD:vllm_gammatune``), one size (quick or full) and one
+design (cells, methods, prompts): anything else is refused, naming both
+values, because the rounds would measure different things.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from datetime import datetime, timezone
+from pathlib import Path
+
+from gammatune_tools.bench.context import REPO, cpu_model
+from gammatune_tools.bench.readme_cells import cell_summary
+
+#: the plugin's folder, whose tree names the code measured
+PLUGIN = "vllm_gammatune"
+#: the kept fields of a row (the rest is recomputed or not needed)
+ROW_FIELDS = ("method", "batch", "position", "output_tokens", "wall_seconds", "accepted",
+              "drafts", "draft_forward_passes")
+#: what must be equal for rounds to pool
+POOL_KEYS = ("plugin_tree", "quick", "design")
+
+
+class ManifestError(ValueError):
+    """Rounds that cannot pool, or a manifest that cannot be read; the
+    message names the field and both values."""
+
+
+def git(*args: str, repo: Path = REPO) -> str:
+    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True,
+                          check=True, timeout=30).stdout.strip()
+
+
+def plugin_tree(repo: Path = REPO) -> str:
+    """The committed tree of the plugin's code: it changes with the plugin
+    and with nothing else (docs, harness, results)."""
+    return git("rev-parse", f"HEAD:{PLUGIN}", repo=repo)
+
+
+def plugin_changed(repo: Path = REPO) -> list[str]:
+    """The plugin's files that differ from HEAD (the tree would not name them)."""
+    return git("status", "--porcelain", "--", PLUGIN, repo=repo).splitlines()
+
+
+def machine(env: dict | None = None) -> dict:
+    """CPU model, the vector and matrix extensions vLLM's CPU kernels choose
+    by (avx2, avx512*, amx*), threads and their binding (this process's
+    environment, else ``env``: the config's, which the runs get)."""
+    flags: list[str] = []
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                flags = sorted(f for f in line.split(":", 1)[1].split()
+                               if f == "avx2" or f.startswith(("avx512", "amx")))
+                break
+    except OSError:
+        pass
+    return {"cpu_model": cpu_model(), "flags": flags, "threads": os.cpu_count(),
+            "threads_bind": os.environ.get("VLLM_CPU_OMP_THREADS_BIND",
+                                           (env or {}).get("VLLM_CPU_OMP_THREADS_BIND"))}
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def round_entries(session: str, cell: str, rows: list[dict], methods: list[str],
+                  num_units: int) -> list[dict]:
+    """The complete rounds of one cell's rows (``summarize``'s shape, one
+    batch size) as the manifest keeps them."""
+    from gammatune_tools.bench.paired import complete_rounds
+
+    entries = []
+    for size, done in complete_rounds(rows, methods, num_units).items():
+        for round_index in sorted(done):
+            kept = [{key: row.get(key, 0.0) for key in ROW_FIELDS} for row in rows
+                    if row["round"] == round_index and row["batch_size"] == size
+                    and row["method"] in methods]
+            entries.append({"session": session, "cell": cell, "round": round_index,
+                            "rows": sorted(kept, key=lambda r: (r["batch"], r["position"]))})
+    return entries
+
+
+def round_key(entry: dict) -> tuple:
+    return entry["session"], entry["cell"], entry["round"]
+
+
+def merge_rounds(kept: list[dict], new: list[dict]) -> list[dict]:
+    """Every round of both, one per key (a resumed session reports its
+    finished rounds again, unchanged)."""
+    merged = {round_key(e): e for e in kept}
+    merged.update({round_key(e): e for e in new})
+    return [merged[key] for key in sorted(merged)]
+
+
+def check_poolable(old: dict, new: dict, where: str) -> None:
+    """ManifestError unless ``old`` and ``new`` agree on ``POOL_KEYS``."""
+    for key in POOL_KEYS:
+        if old.get(key) != new.get(key):
+            hint = (" (the plugin's code changed: measure afresh into another folder, or "
+                    "move the old one away)" if key == "plugin_tree" else "")
+            raise ManifestError(f"{where}: {key} {json.dumps(old.get(key))} of the kept rounds "
+                                f"differs from this run's {json.dumps(new.get(key))}; rounds "
+                                f"pool only at one {key}{hint}")
+
+
+def cell_rows(rounds: list[dict], cell: dict) -> list[dict]:
+    """One cell's kept rounds as ``summarize`` rows, rounds numbered 0.. in
+    (session, round) order."""
+    mine = sorted((e for e in rounds if e["cell"] == cell["name"]), key=round_key)
+    return [{**row, "round": i, "batch_size": cell["batch_size"]}
+            for i, entry in enumerate(mine) for row in entry["rows"]]
+
+
+def compute_cells(rounds: list[dict], design: dict, seed: int = 0) -> dict:
+    """Every cell of the design with rounds, computed (``readme_cells``)."""
+    cells = {}
+    for cell in design["cells"]:
+        rows = cell_rows(rounds, cell)
+        if rows:
+            cells[cell["name"]] = cell_summary(rows, cell["methods"], cell["units"], seed)
+    return cells
+
+
+def build(header: dict, rounds: list[dict], sessions: list[dict]) -> dict:
+    """The manifest: ``header`` (plugin_tree, quick, design, machine,
+    command), the sessions that added rounds, every round, every cell."""
+    return {**header, "date": now(), "sessions": sessions, "rounds": rounds,
+            "cells": compute_cells(rounds, header["design"])}
+
+
+def read(path: Path) -> dict | None:
+    """The manifest at ``path`` (None when there is none)."""
+    if not path.exists():
+        return None
+    try:
+        manifest = json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise ManifestError(f"{path}: not JSON ({error})") from None
+    missing = [key for key in (*POOL_KEYS, "rounds", "cells", "machine") if key not in manifest]
+    if missing:
+        raise ManifestError(f"{path}: missing {', '.join(missing)}")
+    return manifest
+
+
+def pool_into(path: Path, header: dict, session: dict, new_rounds: list[dict]) -> dict:
+    """The manifest at ``path`` with ``new_rounds`` added (refused unless it
+    pools with ``header``), written back; returns it."""
+    old = read(path)
+    if old is not None:
+        check_poolable(old, header, str(path))
+    sessions = [s for s in (old or {}).get("sessions", []) if s["session"] != session["session"]]
+    manifest = build(header, merge_rounds((old or {}).get("rounds", []), new_rounds),
+                     sorted([*sessions, session], key=lambda s: s["session"]))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(manifest, indent=1) + "\n")
+    return manifest
