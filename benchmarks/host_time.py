@@ -304,15 +304,11 @@ def models(args) -> tuple[str, str, dict]:
 def machine() -> dict:
     import torch
     import vllm
-    from gammatune_tools.bench.context import cpu_isa, cpu_model
+    from gammatune_tools.bench.context import cpu_isa, cpu_model, plugin_changed, plugin_tree
 
-    def git(*argv):
-        return subprocess.run(["git", *argv], capture_output=True, text=True,
-                              cwd=REPO).stdout.strip()
     return {"cpu_model": cpu_model(), "cpus": os.cpu_count(), "isa_flags": cpu_isa(),
             "loadavg_at_start": os.getloadavg(),
-            "plugin_tree": git("rev-parse", "HEAD:vllm_gammatune"),
-            "plugin_uncommitted": git("status", "--porcelain", "--", "vllm_gammatune").split("\n"),
+            "plugin_tree": plugin_tree(), "plugin_uncommitted": plugin_changed(),
             "python": platform.python_version(), "torch": torch.__version__,
             "vllm": vllm.__version__}
 

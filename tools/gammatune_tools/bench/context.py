@@ -57,6 +57,26 @@ def git_commit() -> str | None:
     return (commit + ("-dirty" if dirty.strip() else "")) or None
 
 
+#: the plugin's package, whose committed tree names the code a number is of
+PLUGIN = "vllm_gammatune"
+
+
+def git(*args: str, repo: Path = REPO) -> str:
+    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True,
+                          check=True, timeout=30).stdout.strip()
+
+
+def plugin_tree(repo: Path = REPO) -> str:
+    """The committed tree of the plugin's code: it changes with the plugin
+    and with nothing else (docs, harness, results)."""
+    return git("rev-parse", f"HEAD:{PLUGIN}", repo=repo)
+
+
+def plugin_changed(repo: Path = REPO) -> list[str]:
+    """The plugin's files that differ from HEAD (the tree would not name them)."""
+    return git("status", "--porcelain", "--", PLUGIN, repo=repo).splitlines()
+
+
 def run_context(args, target: str, draft: str) -> dict:
     """Versions, models, machine, thread binding, date, git commit, arguments."""
     import torch

@@ -15,15 +15,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
 
-from gammatune_tools.bench.context import REPO, cpu_model
+from gammatune_tools.bench.context import cpu_isa, cpu_model
 from gammatune_tools.bench.readme_cells import cell_summary
 
 #: the plugin's folder, whose tree names the code measured
-PLUGIN = "vllm_gammatune"
 #: the kept fields of a row (the rest is recomputed or not needed)
 ROW_FIELDS = ("method", "batch", "position", "output_tokens", "wall_seconds", "accepted",
               "drafts", "draft_forward_passes")
@@ -36,36 +34,11 @@ class ManifestError(ValueError):
     message names the field and both values."""
 
 
-def git(*args: str, repo: Path = REPO) -> str:
-    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True,
-                          check=True, timeout=30).stdout.strip()
-
-
-def plugin_tree(repo: Path = REPO) -> str:
-    """The committed tree of the plugin's code: it changes with the plugin
-    and with nothing else (docs, harness, results)."""
-    return git("rev-parse", f"HEAD:{PLUGIN}", repo=repo)
-
-
-def plugin_changed(repo: Path = REPO) -> list[str]:
-    """The plugin's files that differ from HEAD (the tree would not name them)."""
-    return git("status", "--porcelain", "--", PLUGIN, repo=repo).splitlines()
-
-
 def machine(env: dict | None = None) -> dict:
     """CPU model, the vector and matrix extensions vLLM's CPU kernels choose
-    by (avx2, avx512*, amx*), threads and their binding (this process's
+    by (``context.cpu_isa``), threads and their binding (this process's
     environment, else ``env``: the config's, which the runs get)."""
-    flags: list[str] = []
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                flags = sorted(f for f in line.split(":", 1)[1].split()
-                               if f == "avx2" or f.startswith(("avx512", "amx")))
-                break
-    except OSError:
-        pass
-    return {"cpu_model": cpu_model(), "flags": flags, "threads": os.cpu_count(),
+    return {"cpu_model": cpu_model(), "flags": cpu_isa(), "threads": os.cpu_count(),
             "threads_bind": os.environ.get("VLLM_CPU_OMP_THREADS_BIND",
                                            (env or {}).get("VLLM_CPU_OMP_THREADS_BIND"))}
 

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gammatune_tools.bench import readme_manifest, readme_plan, readme_table
+from gammatune_tools.bench import context, readme_manifest, readme_plan, readme_table
 from gammatune_tools.bench.context import REPO
 
 
@@ -85,7 +85,7 @@ def table_command(args: argparse.Namespace, manifest_path: Path) -> int:
         print(args.readme)
         return 0
     problems = [p for p in (readme_table.check_readme(text, manifest),
-                            readme_table.check_tree(manifest, readme_manifest.plugin_tree()))
+                            readme_table.check_tree(manifest, context.plugin_tree()))
                 if p]
     for problem in problems:
         print(problem, file=sys.stderr)
@@ -117,7 +117,7 @@ def main(args: argparse.Namespace, argv: list[str] | None, planner: Planner) -> 
     try:
         if args.write or args.check:
             return table_command(args, manifest_path)
-        tree = readme_manifest.plugin_tree()
+        tree = context.plugin_tree()
         planned, header, session, drawn, by_step = commands(planner, config, args, out, tree)
         header["command"] = "python -m benchmarks.reproduce " + " ".join(
             sys.argv[1:] if argv is None else argv)
@@ -129,7 +129,7 @@ def main(args: argparse.Namespace, argv: list[str] | None, planner: Planner) -> 
         return 2
     if args.dry_run:
         return dry_run(planner, config, args, planned, header, session, by_step, manifest_path)
-    changed = readme_manifest.plugin_changed()
+    changed = context.plugin_changed()
     if changed:
         print("reproduce: the plugin has uncommitted changes, so its tree would not name the "
               "code measured: " + "; ".join(changed), file=sys.stderr)
