@@ -114,7 +114,7 @@ def test_the_draw_refuses_too_few_to_hold_every_category():
 def test_the_readme_config_draws_at_least_24_questions_for_batch_1():
     config = reproduce.load_config("readme")
     drawn = readme_plan.draw(config, quick=False)
-    assert len(drawn["specbench"]) >= 24 and len(drawn["code_edit"]) == 12
+    assert len(drawn["specbench"]) >= 24 and len(drawn["code_edit"]) == 5
 
 
 DESIGN = {"cells": [{"name": "batch 1", "step": "s", "harness": "run_paired", "batch_size": 1,
@@ -154,6 +154,17 @@ def test_rounds_of_another_plugin_tree_are_refused_naming_both(tmp_path):
         readme_manifest.pool_into(path, header("b" * 40), {"session": "s2"},
                                   new_rounds("s2", 2))
     assert "a" * 40 in str(error.value) and "b" * 40 in str(error.value)
+    assert len(readme_manifest.read(path)["rounds"]) == 2
+
+
+def test_rounds_of_another_machine_are_refused_naming_both(tmp_path):
+    path = tmp_path / "manifest.json"
+    readme_manifest.pool_into(path, header(), {"session": "s1"}, new_rounds("s1", 1))
+    other = {**header(), "machine": {"cpu_model": "Other CPU", "flags": ["avx2", "amx_bf16"],
+                                     "threads": 2}}
+    with pytest.raises(readme_manifest.ManifestError, match="machine") as error:
+        readme_manifest.pool_into(path, other, {"session": "s2"}, new_rounds("s2", 2))
+    assert "Test CPU" in str(error.value) and "Other CPU" in str(error.value)
     assert len(readme_manifest.read(path)["rounds"]) == 2
 
 
@@ -230,8 +241,8 @@ def test_the_code_edits_are_the_offline_steps_second_set(tmp_path):
     args = {s["subdir"]: {**reproduce.step_args(s, None), **overrides.get(s["subdir"], {})}
             for s in config["steps"]}
     cells = {c["name"]: c for c in readme_plan.design(config, drawn, args)["cells"]}
-    assert cells["code edits"]["folder"] == "code_edit" and cells["code edits"]["units"] == 12
-    assert len(cells["code edits"]["methods"]) == 14 and len(cells["batch 1"]["methods"]) == 9
+    assert cells["code edits"]["folder"] == "code_edit" and cells["code edits"]["units"] == 5
+    assert len(cells["code edits"]["methods"]) == 16 and len(cells["batch 1"]["methods"]) == 9
     assert cells["batch 1"]["folder"] == "offline" and cells["batch 16"]["units"] == 2
 
 

@@ -6,9 +6,11 @@ Rounds pool: a run adds its complete rounds to the manifest's, keyed by
 folder's life (``benchmarks.reproduce readme`` resumes a stopped one and,
 once its rounds are complete, asks it for more); rounds of another folder
 are kept beside as their own session. Rounds pool only at one plugin tree
-(``git rev-parse HEAD:vllm_gammatune``), one size (quick or full) and one
-design (cells, methods, prompts): anything else is refused, naming both
-values, because the rounds would measure different things.
+(``git rev-parse HEAD:vllm_gammatune``), one size (quick or full), one
+design (cells, methods, prompts) and one machine (CPU model, instruction-set
+flags, threads and their binding): anything else is refused, naming both
+values, because the rounds would measure different things, or the same
+things on hardware whose ratios differ.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from gammatune_tools.bench.readme_cells import cell_summary
 ROW_FIELDS = ("method", "batch", "position", "output_tokens", "wall_seconds", "accepted",
               "drafts", "draft_forward_passes")
 #: what must be equal for rounds to pool
-POOL_KEYS = ("plugin_tree", "quick", "design")
+POOL_KEYS = ("plugin_tree", "quick", "design", "machine")
 
 
 class ManifestError(ValueError):
@@ -120,7 +122,7 @@ def read(path: Path) -> dict | None:
         manifest = json.loads(path.read_text())
     except json.JSONDecodeError as error:
         raise ManifestError(f"{path}: not JSON ({error})") from None
-    missing = [key for key in (*POOL_KEYS, "rounds", "cells", "machine") if key not in manifest]
+    missing = [key for key in (*POOL_KEYS, "rounds", "cells") if key not in manifest]
     if missing:
         raise ManifestError(f"{path}: missing {', '.join(missing)}")
     return manifest
