@@ -298,14 +298,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="list the tables and exit")
     readme = parser.add_argument_group("readme (a table measured into a manifest)")
     readme.add_argument("--write", action="store_true",
-                        help="write the README's table from the manifest; nothing runs")
+                        help="write the README's table and the results page's detail of "
+                             "it from the manifest; nothing runs")
     readme.add_argument("--check", action="store_true",
-                        help="exit 1 when the README's table is not the manifest's, or the "
-                             "manifest's plugin tree not HEAD's; nothing runs")
+                        help="exit 1 when the README's table or the results page's detail "
+                             "is not the manifest's, or the manifest's plugin tree not "
+                             "HEAD's; nothing runs")
     readme.add_argument("--manifest", type=Path, help="default: the config's results folder "
                         "(--quick: the output folder), manifest.json")
     readme.add_argument("--readme", type=Path, default=REPO / "README.md",
                         help="the README --write and --check read")
+    readme.add_argument("--results-page", type=Path, default=REPO / "docs" / "results.md",
+                        help="the results page --write and --check read")
     args = parser.parse_args(argv)
     if args.list:
         for name in config_names():

@@ -11,7 +11,13 @@ import pytest
 
 from benchmarks import reproduce
 from gammatune_tools.bench.context import REPO
-from gammatune_tools.bench import readme_manifest, readme_plan, readme_table
+from gammatune_tools.bench import (
+    readme_details,
+    readme_manifest,
+    readme_plan,
+    readme_run,
+    readme_table,
+)
 from gammatune_tools.bench.prompts import SPEC_BENCH, draw_questions
 from gammatune_tools.bench.readme_cells import ORACLE, ratio_statistic
 from gammatune_tools.bench.stats import two_level_bootstrap, verdict
@@ -208,14 +214,43 @@ def test_the_check_passes_on_a_written_readme_and_fails_on_another_table(tmp_pat
 
 def test_write_and_check_on_the_command_line(tmp_path, capsys):
     manifest_fixture(tmp_path)
-    readme = tmp_path / "README.md"
+    readme, page = tmp_path / "README.md", tmp_path / "results.md"
     readme.write_text(f"{readme_table.START}\n{readme_table.END}\n")
-    options = ["--manifest", str(tmp_path / "manifest.json"), "--readme", str(readme)]
+    page.write_text(f"# Results\n\n{readme_details.START}\n{readme_details.END}\n\nmore\n")
+    options = ["--manifest", str(tmp_path / "manifest.json"), "--readme", str(readme),
+               "--results-page", str(page)]
+    assert reproduce.main(["readme", "--check", *options]) == 1
+    assert "README" in capsys.readouterr().err
     assert reproduce.main(["readme", "--write", *options]) == 0
-    # the table is the manifest's; the fixture's tree is not HEAD's
+    assert "vLLM K=3" in page.read_text() and page.read_text().endswith("\n\nmore\n")
+    # the table and the detail are the manifest's; the fixture's tree is not HEAD's
     assert reproduce.main(["readme", "--check", *options]) == 1
     err = capsys.readouterr().err
-    assert "plugin_tree " + "a" * 40 in err and "README" not in err
+    assert "plugin_tree " + "a" * 40 in err and "README" not in err and "results.md" not in err
+    page.write_text(page.read_text().replace("vLLM K=3", "vLLM K=4"))
+    assert reproduce.main(["readme", "--check", *options]) == 1
+    assert "results.md: the detail of the table differs" in capsys.readouterr().err
+
+
+def test_the_detail_lists_every_engine_of_the_sweep_and_each_phase(tmp_path):
+    design = {**DESIGN, "cells": [{**DESIGN["cells"][0], "name": "trace",
+                                   "harness": "run_traffic", "units": 3}]}
+    rows = synthetic_rows(3, 3, seed=4, slow_unit=("gammatune_cost", 1, 2.0))
+    manifest = readme_manifest.pool_into(
+        tmp_path / "manifest.json", {**header(), "design": design}, {"session": "s1"},
+        readme_manifest.round_entries("s1", "trace", rows, METHODS, 3))
+    text = readme_details.render(manifest, {"trace": ["quiet", "busy", "quiet_again"]})
+    sweep = [line for line in text.splitlines() if line.startswith("| ")]
+    assert sweep[0].startswith("| engine |")
+    assert [line.split(" | ")[0] for line in sweep[1:6]] == [
+        "| no speculation", "| vLLM K=2", "| vLLM K=3 (best fixed)", "| `gammatune@4`",
+        "| `gammatune_cost`"]
+    phases = {line.split(" | ")[0][2:]: line.split(" | ") for line in sweep[7:]}
+    assert list(phases) == ["quiet", "busy", "quiet_again"]
+    # the phase made twice as slow for gammatune_cost reads about half the others
+    cost_vs_none = {name: float(cells[-2]) for name, cells in phases.items()}
+    assert cost_vs_none["busy"] < 0.6 * cost_vs_none["quiet"]
+    assert readme_details.render(manifest, {"trace": ["a", "b", "c"]}) != text
 
 
 def test_the_dry_run_lists_every_step_and_cell_and_writes_nothing(tmp_path, capsys):
@@ -281,3 +316,4 @@ def test_the_estimate_counts_every_engine_start_and_token():
     # a server, then 2 requests at 1 (prefill + 10 x 0.1) and 4 at 8 (measured 4 below it)
     served = 50 + 2 * (1 + 1) + 4 * (1 + 0.5)
     assert readme_plan.estimate(config, args, design) == pytest.approx(2 * offline + served)
+

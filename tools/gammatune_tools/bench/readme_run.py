@@ -3,8 +3,8 @@
 A config with a ``readme`` entry runs its steps on drawn prompts to the
 round its session has reached (``readme_plan``); the complete rounds, a
 stopped run's included, pool into the manifest (``readme_manifest``);
-``--write`` / ``--check`` put the README's table from it or compare them
-(``readme_table``). ``--dry-run`` prints the commands, the cells and the
+``--write`` / ``--check`` put the README's table (``readme_table``) and the
+results page's detail of it (``readme_details``) from it, or compare them. ``--dry-run`` prints the commands, the cells and the
 estimated wall time (``readme_plan.estimate``). The config machinery (load,
 plan, run) is the command's, handed in as a ``Planner``. The design, the
 sizes and how they were estimated: benchmarks/README.md, "The README's
@@ -19,7 +19,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gammatune_tools.bench import context, readme_manifest, readme_plan, readme_table
+from gammatune_tools.bench import (
+    context,
+    readme_details,
+    readme_manifest,
+    readme_plan,
+    readme_table,
+)
 from gammatune_tools.bench.context import REPO
 
 
@@ -72,21 +78,50 @@ def commands(planner: Planner, config: dict, args: argparse.Namespace, out: Path
     return planned, header, session, drawn, by_step
 
 
-def table_command(args: argparse.Namespace, manifest_path: Path) -> int:
-    """``--write`` / ``--check``: the README's table against the manifest."""
+def unit_names(planner: Planner, config: dict, manifest: dict) -> dict[str, list[str]]:
+    """Per cell of a served trace, its phases' names in order (the units of
+    such a cell differ in kind, so the results page shows each)."""
+    quick_args = config.get("quick") if manifest["quick"] else None
+    steps = {step.get("subdir", ""): step for step in config["steps"]}
+    return {cell["name"]: [phase.split(":")[0] for phase in str(
+                planner.step_args(steps[cell["step"]], quick_args)["phases"]).split(",")]
+            for cell in manifest["design"]["cells"] if cell["harness"] == "run_traffic"}
+
+
+def page_problems(readme: str, page: str, details: str, manifest: dict,
+                  page_name: object = "the results page") -> list[str]:
+    """The README-versus-manifest half of ``--check`` (no git needed): what
+    differs in the README's table and in the results page's ``details``."""
+    held = readme_table.block(page, readme_details.START, readme_details.END)
+    problems = [readme_table.check_readme(readme, manifest)]
+    if held != details:
+        problems.append(
+            f"{page_name}: the detail of the table differs from the manifest's (or its "
+            f"markers {readme_details.START} ... {readme_details.END} are missing); write "
+            "it with python -m benchmarks.reproduce readme --write")
+    return [p for p in problems if p]
+
+
+def table_command(planner: Planner, config: dict, args: argparse.Namespace,
+                  manifest_path: Path) -> int:
+    """``--write`` / ``--check``: the README's table and the results page's
+    detail against the manifest."""
     manifest = readme_manifest.read(manifest_path)
     if manifest is None:
         print(f"reproduce: no manifest at {manifest_path}: measure it first "
               f"(python -m benchmarks.reproduce {args.name})", file=sys.stderr)
         return 2
-    text = args.readme.read_text()
+    text, page = args.readme.read_text(), args.results_page.read_text()
+    details = readme_details.render(manifest, unit_names(planner, config, manifest))
     if args.write:
         args.readme.write_text(readme_table.replace(text, readme_table.render(manifest)))
-        print(args.readme)
+        args.results_page.write_text(readme_table.replace(
+            page, details, readme_details.START, readme_details.END))
+        print(args.readme, args.results_page)
         return 0
-    problems = [p for p in (readme_table.check_readme(text, manifest),
-                            readme_table.check_tree(manifest, context.plugin_tree()))
-                if p]
+    problems = [*page_problems(text, page, details, manifest, args.results_page),
+                readme_table.check_tree(manifest, context.plugin_tree())]
+    problems = [p for p in problems if p]
     for problem in problems:
         print(problem, file=sys.stderr)
     return 1 if problems else 0
@@ -116,7 +151,7 @@ def main(args: argparse.Namespace, argv: list[str] | None, planner: Planner) -> 
                                planner.runs)
     try:
         if args.write or args.check:
-            return table_command(args, manifest_path)
+            return table_command(planner, config, args, manifest_path)
         tree = context.plugin_tree()
         planned, header, session, drawn, by_step = commands(planner, config, args, out, tree)
         header["command"] = "python -m benchmarks.reproduce " + " ".join(

@@ -114,21 +114,21 @@ def render(manifest: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def block(text: str) -> str | None:
-    """What a README holds between the markers (None: no markers)."""
-    if START not in text or END not in text:
+def block(text: str, start: str = START, end: str = END) -> str | None:
+    """What a page holds between the markers (None: no markers)."""
+    if start not in text or end not in text:
         return None
-    inside = text.split(START, 1)[1].split(END, 1)[0]
+    inside = text.split(start, 1)[1].split(end, 1)[0]
     return inside.removeprefix("\n")
 
 
-def replace(text: str, new_block: str) -> str:
+def replace(text: str, new_block: str, start: str = START, end: str = END) -> str:
     """``text`` with the block between the markers replaced."""
-    if block(text) is None:
-        raise TableError(f"the README has no table markers: put {START} and {END} on lines "
-                         "of their own around its first table")
-    before, rest = text.split(START, 1)
-    return before + START + "\n" + new_block + END + rest.split(END, 1)[1]
+    if block(text, start, end) is None:
+        raise TableError(f"the page has no markers: put {start} and {end} on lines "
+                         "of their own around what is written from the manifest")
+    before, rest = text.split(start, 1)
+    return before + start + "\n" + new_block + end + rest.split(end, 1)[1]
 
 
 def check_readme(text: str, manifest: dict) -> str | None:

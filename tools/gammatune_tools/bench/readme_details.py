@@ -1,0 +1,105 @@
+"""The results page's detail of the README's table, written from the same
+manifest: per cell every engine of the sweep against no speculation, with
+its counts, and where the units differ in kind (the served trace's phases)
+each unit's ratios.
+
+The README's table keeps one number a cell; this is where a reader finds
+which fixed K came second, what each K accepted, and how a trace's busy
+phase went. It sits on the results page between ``START`` and ``END``,
+written by ``reproduce readme --write`` and held to the manifest by
+``--check``, as the table is.
+
+Every interval is the table's (``readme_cells.comparison``: a two-level
+bootstrap over units and rounds together). A unit's own ratios are point
+figures over the pooled rounds: one unit leaves nothing to resample but
+the rounds, which would describe the clock and not the prompts.
+"""
+
+from __future__ import annotations
+
+from gammatune_tools.bench.methods import NO_SPECULATION
+from gammatune_tools.bench.readme_cells import arrays, comparison, is_fixed, k_label
+from gammatune_tools.bench.readme_manifest import cell_rows
+from gammatune_tools.bench.readme_table import counts_cell, ratio_cell
+
+START = "<!-- readme-details:start -->"
+END = "<!-- readme-details:end -->"
+
+
+def engine_label(engine: str) -> str:
+    """``vllm_draft_model@3`` -> "vLLM K=3"; plugin methods by name, in code."""
+    if engine == NO_SPECULATION:
+        return "no speculation"
+    if is_fixed(engine):
+        return "vLLM " + k_label(engine)
+    return f"`{engine}`"
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def sweep_table(manifest: dict, cell: dict, seed: int = 0) -> list[str]:
+    """Markdown rows: every engine's mean tokens/s over the rounds, its ratio
+    to no speculation with the table's interval, and its counts."""
+    summary = manifest["cells"][cell["name"]]
+    methods = cell["methods"]
+    tokens, seconds = arrays(cell_rows(manifest["rounds"], cell), methods, cell["units"])
+    fixed = [i for i, m in enumerate(methods) if is_fixed(m)]
+    lines = ["| engine | tok/s, mean of rounds | / no speculation | counts |",
+             "|---|---|---|---|"]
+    for engine in methods:
+        numbers = summary["methods"][engine]
+        rate = sum(numbers["tokens_per_second"]) / len(numbers["tokens_per_second"])
+        ratio = ("1" if engine == NO_SPECULATION else ratio_cell(
+            comparison(tokens, seconds, methods, engine, NO_SPECULATION, fixed, seed)))
+        best = " (best fixed)" if engine == summary["best_fixed"] else ""
+        lines.append(f"| {engine_label(engine)}{best} | {rate:.2f} | {ratio} | "
+                     f"{counts_cell(numbers)} |")
+    return lines
+
+
+def unit_table(manifest: dict, cell: dict, unit_names: list[str]) -> list[str]:
+    """Markdown rows, one per unit (a trace's phase): each plugin method's
+    tokens/s over no speculation's and over the cell's best fixed K's,
+    pooled over the rounds."""
+    summary = manifest["cells"][cell["name"]]
+    methods = cell["methods"]
+    tokens, seconds = arrays(cell_rows(manifest["rounds"], cell), methods, cell["units"])
+    rate = tokens.sum(1) / seconds.sum(1)  # [method, unit], pooled over the rounds
+    subjects = [m for m in methods if m != NO_SPECULATION and not is_fixed(m)]
+    best = methods.index(summary["best_fixed"])
+    head = ["phase", "best fixed / no speculation",
+            *(f"{engine_label(s)} / {against}" for s in subjects
+              for against in ("no speculation", "best fixed"))]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    base = methods.index(NO_SPECULATION)
+    for unit, name in enumerate(unit_names):
+        cells = [name, f"{rate[best, unit] / rate[base, unit]:.2f}"]
+        for subject in subjects:
+            i = methods.index(subject)
+            cells += [f"{rate[i, unit] / rate[base, unit]:.2f}",
+                      f"{rate[i, unit] / rate[best, unit]:.2f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def render(manifest: dict, unit_names: dict[str, list[str]] | None = None) -> str:
+    """The block between the markers (markers excluded), ending in a newline.
+    ``unit_names``: per cell whose units differ in kind, their names in order."""
+    unit_names = unit_names or {}
+    lines = []
+    for cell in manifest["design"]["cells"]:
+        summary = manifest["cells"].get(cell["name"])
+        if summary is None:
+            lines += [f"**{cell['name']}**: no complete round.", ""]
+            continue
+        units = f"{cell['units']} unit" + ("s" if cell["units"] != 1 else "")
+        lines += [f"**{cell['name']}** ({summary['rounds']} rounds, {units}; "
+                  f"best fixed: {engine_label(summary['best_fixed'])})", ""]
+        lines += sweep_table(manifest, cell) + [""]
+        if cell["name"] in unit_names:
+            lines += [f"By phase ({cell['name']}), tokens/s ratios pooled over the rounds:",
+                      ""]
+            lines += unit_table(manifest, cell, unit_names[cell["name"]]) + [""]
+    return "\n".join(lines)
