@@ -197,6 +197,8 @@ def test_every_cell_of_the_table_fits_80_characters(tmp_path):
     text = readme_table.render(manifest)
     assert "Test CPU (avx2; 2 threads)" in text.splitlines()[0]
     assert "vs K=3" in text and "x [" in text
+    best = {row[0]: row[1] for row in rows}["best fixed K / no speculation"]
+    assert best.startswith("K=3: 1.") and "vs" not in best
 
 
 def test_the_check_passes_on_a_written_readme_and_fails_on_another_table(tmp_path):

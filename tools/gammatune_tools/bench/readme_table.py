@@ -84,7 +84,7 @@ def table_rows(manifest: dict) -> list[list[str]]:
         found = [c for c in (cell or {}).get("comparisons", [])
                  if c["method"] == (cell or {}).get("best_fixed")
                  and c["against"] == NO_SPECULATION]
-        best.append(ratio_cell(found[0], k_label(cell["best_fixed"])) if found else "-")
+        best.append(f"{k_label(cell['best_fixed'])}: {ratio_cell(found[0])}" if found else "-")
         best_counts.append(counts_cell(cell["methods"][cell["best_fixed"]]) if cell else "-")
     return rows + [best, best_counts]
 
