@@ -197,6 +197,11 @@ def test_every_cell_of_the_table_fits_80_characters(tmp_path):
     text = readme_table.render(manifest)
     assert "Test CPU (avx2; 2 threads)" in text.splitlines()[0]
     assert "vs K=3" in text and "x [" in text
+    assert "| batch 1 (4 rounds) |" in text and "stopped short" not in text
+    short = readme_table.render(manifest, {"batch 1": 5})
+    assert "| batch 1 (4 of 5 rounds) |" in short and "stopped short" in short.splitlines()[0]
+    assert readme_table.check_readme(f"{readme_table.START}\n{text}{readme_table.END}",
+                                     manifest, {"batch 1": 5}) is not None
     best = {row[0]: row[1] for row in rows}["best fixed K / no speculation"]
     assert best.startswith("K=3: 1.") and "vs" not in best
 
@@ -241,7 +246,9 @@ def test_the_detail_lists_every_engine_of_the_sweep_and_each_phase(tmp_path):
     manifest = readme_manifest.pool_into(
         tmp_path / "manifest.json", {**header(), "design": design}, {"session": "s1"},
         readme_manifest.round_entries("s1", "trace", rows, METHODS, 3))
-    text = readme_details.render(manifest, {"trace": ["quiet", "busy", "quiet_again"]})
+    text = readme_details.render(manifest, {"trace": ["quiet", "busy", "quiet_again"]},
+                                 {"trace": 5})
+    assert text.startswith("**trace** (3 of 5 rounds, 3 units; best fixed: vLLM K=3)")
     sweep = [line for line in text.splitlines() if line.startswith("| ")]
     assert sweep[0].startswith("| engine |")
     assert [line.split(" | ")[0] for line in sweep[1:6]] == [

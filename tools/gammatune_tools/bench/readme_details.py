@@ -20,7 +20,7 @@ from __future__ import annotations
 from gammatune_tools.bench.methods import NO_SPECULATION
 from gammatune_tools.bench.readme_cells import arrays, comparison, is_fixed, k_label
 from gammatune_tools.bench.readme_manifest import cell_rows
-from gammatune_tools.bench.readme_table import counts_cell, ratio_cell
+from gammatune_tools.bench.readme_table import counts_cell, ratio_cell, rounds_label
 
 START = "<!-- readme-details:start -->"
 END = "<!-- readme-details:end -->"
@@ -84,10 +84,12 @@ def unit_table(manifest: dict, cell: dict, unit_names: list[str]) -> list[str]:
     return lines
 
 
-def render(manifest: dict, unit_names: dict[str, list[str]] | None = None) -> str:
+def render(manifest: dict, unit_names: dict[str, list[str]] | None = None,
+           planned: dict[str, int] | None = None) -> str:
     """The block between the markers (markers excluded), ending in a newline.
-    ``unit_names``: per cell whose units differ in kind, their names in order."""
-    unit_names = unit_names or {}
+    ``unit_names``: per cell whose units differ in kind, their names in
+    order; ``planned``: the rounds each cell's step runs to."""
+    unit_names, planned = unit_names or {}, planned or {}
     lines = []
     for cell in manifest["design"]["cells"]:
         summary = manifest["cells"].get(cell["name"])
@@ -95,7 +97,8 @@ def render(manifest: dict, unit_names: dict[str, list[str]] | None = None) -> st
             lines += [f"**{cell['name']}**: no complete round.", ""]
             continue
         units = f"{cell['units']} unit" + ("s" if cell["units"] != 1 else "")
-        lines += [f"**{cell['name']}** ({summary['rounds']} rounds, {units}; "
+        rounds = rounds_label(summary["rounds"], planned.get(cell["name"]))
+        lines += [f"**{cell['name']}** ({rounds}, {units}; "
                   f"best fixed: {engine_label(summary['best_fixed'])})", ""]
         lines += sweep_table(manifest, cell) + [""]
         if cell["name"] in unit_names:

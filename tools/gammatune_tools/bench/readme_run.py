@@ -78,22 +78,33 @@ def commands(planner: Planner, config: dict, args: argparse.Namespace, out: Path
     return planned, header, session, drawn, by_step
 
 
-def unit_names(planner: Planner, config: dict, manifest: dict) -> dict[str, list[str]]:
-    """Per cell of a served trace, its phases' names in order (the units of
-    such a cell differ in kind, so the results page shows each)."""
+def page_layout(planner: Planner, config: dict, manifest: dict
+                ) -> tuple[dict[str, list[str]], dict[str, int]]:
+    """(unit names, planned rounds), each by cell name, from the config at
+    the manifest's size: a served trace's phases in order (its units differ
+    in kind, so the results page shows each), and the rounds each cell's
+    step runs to in a session (a cell short of them is of a stopped run)."""
     quick_args = config.get("quick") if manifest["quick"] else None
     steps = {step.get("subdir", ""): step for step in config["steps"]}
-    return {cell["name"]: [phase.split(":")[0] for phase in str(
-                planner.step_args(steps[cell["step"]], quick_args)["phases"]).split(",")]
-            for cell in manifest["design"]["cells"] if cell["harness"] == "run_traffic"}
+    names, planned = {}, {}
+    for cell in manifest["design"]["cells"]:
+        if cell["step"] not in steps:  # a design the config no longer has: nothing planned
+            continue
+        args = planner.step_args(steps[cell["step"]], quick_args)
+        planned[cell["name"]] = int(args["rounds"])
+        if cell["harness"] == "run_traffic":
+            names[cell["name"]] = [phase.split(":")[0] for phase in str(args["phases"]).split(",")]
+    return names, planned
 
 
-def page_problems(readme: str, page: str, details: str, manifest: dict,
+def page_problems(readme: str, page: str, manifest: dict, layout: tuple[dict, dict],
                   page_name: object = "the results page") -> list[str]:
     """The README-versus-manifest half of ``--check`` (no git needed): what
-    differs in the README's table and in the results page's ``details``."""
+    differs in the README's table and in the results page's detail
+    (``layout``: ``page_layout``'s)."""
     held = readme_table.block(page, readme_details.START, readme_details.END)
-    problems = [readme_table.check_readme(readme, manifest)]
+    details = readme_details.render(manifest, *layout)
+    problems = [readme_table.check_readme(readme, manifest, layout[1])]
     if held != details:
         problems.append(
             f"{page_name}: the detail of the table differs from the manifest's (or its "
@@ -112,14 +123,16 @@ def table_command(planner: Planner, config: dict, args: argparse.Namespace,
               f"(python -m benchmarks.reproduce {args.name})", file=sys.stderr)
         return 2
     text, page = args.readme.read_text(), args.results_page.read_text()
-    details = readme_details.render(manifest, unit_names(planner, config, manifest))
+    layout = page_layout(planner, config, manifest)
     if args.write:
-        args.readme.write_text(readme_table.replace(text, readme_table.render(manifest)))
+        args.readme.write_text(readme_table.replace(text, readme_table.render(manifest,
+                                                                              layout[1])))
         args.results_page.write_text(readme_table.replace(
-            page, details, readme_details.START, readme_details.END))
+            page, readme_details.render(manifest, *layout), readme_details.START,
+            readme_details.END))
         print(args.readme, args.results_page)
         return 0
-    problems = [*page_problems(text, page, details, manifest, args.results_page),
+    problems = [*page_problems(text, page, manifest, layout, args.results_page),
                 readme_table.check_tree(manifest, context.plugin_tree())]
     problems = [p for p in problems if p]
     for problem in problems:

@@ -100,16 +100,31 @@ def caption(manifest: dict) -> str:
             "counts per generated token do not depend on the machine.")
 
 
-def render(manifest: dict) -> str:
-    """The block between the markers (markers excluded), ending in a newline."""
+def rounds_label(rounds: int, planned: int | None) -> str:
+    """"5 rounds"; "3 of 5 rounds" for a run stopped short of its plan."""
+    if planned and rounds < planned:
+        return f"{rounds} of {planned} rounds"
+    return f"{rounds} round" + ("s" if rounds != 1 else "")
+
+
+def render(manifest: dict, planned: dict[str, int] | None = None) -> str:
+    """The block between the markers (markers excluded), ending in a newline.
+    ``planned``: the rounds each cell's step runs to, by cell name; a cell
+    short of them says so in its header."""
+    planned = planned or {}
     too_wide = [cell for row in table_rows(manifest) for cell in row[1:]
                 if len(cell) > MAX_CELL]
     if too_wide:
         raise TableError(f"cells over {MAX_CELL} characters: {too_wide}")
-    header = ["", *(f"{c['name']} ({manifest['cells'].get(c['name'], {}).get('rounds', 0)} "
-                    "rounds)" for c in manifest["design"]["cells"])]
-    lines = [caption(manifest), "", "| " + " | ".join(header) + " |",
-             "|" + "---|" * len(header)]
+    header = [""]
+    for cell in manifest["design"]["cells"]:
+        rounds = manifest["cells"].get(cell["name"], {}).get("rounds", 0)
+        header.append(f"{cell['name']} ({rounds_label(rounds, planned.get(cell['name']))})")
+    short = any(manifest["cells"].get(c["name"], {}).get("rounds", 0) < planned.get(c["name"], 0)
+                for c in manifest["design"]["cells"])
+    lines = [caption(manifest) + (" A cell of fewer rounds than planned is of a run stopped "
+                                  "short; the same command resumes it." if short else ""),
+             "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in table_rows(manifest)]
     return "\n".join(lines) + "\n"
 
@@ -131,13 +146,14 @@ def replace(text: str, new_block: str, start: str = START, end: str = END) -> st
     return before + start + "\n" + new_block + end + rest.split(end, 1)[1]
 
 
-def check_readme(text: str, manifest: dict) -> str | None:
-    """The README half of the check: None when its table is the manifest's,
-    else what differs."""
+def check_readme(text: str, manifest: dict, planned: dict[str, int] | None = None
+                 ) -> str | None:
+    """The README half of the check: None when its table is the manifest's
+    (``render``), else what differs."""
     held = block(text)
     if held is None:
         return f"README: no table markers ({START} ... {END})"
-    if held != render(manifest):
+    if held != render(manifest, planned):
         return ("README: the table differs from the manifest's; write it with "
                 "python -m benchmarks.reproduce readme --write")
     return None
