@@ -35,10 +35,6 @@ def engine_label(engine: str) -> str:
     return f"`{engine}`"
 
 
-def _number(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
-
-
 def sweep_table(manifest: dict, cell: dict, seed: int = 0) -> list[str]:
     """Markdown rows: every engine's mean tokens/s over the rounds, its ratio
     to no speculation with the table's interval, and its counts."""
