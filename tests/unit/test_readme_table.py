@@ -198,6 +198,12 @@ def test_every_cell_of_the_table_fits_80_characters(tmp_path):
     assert "Test CPU (avx2; 2 threads)" in text.splitlines()[0]
     assert "vs K=3" in text and "x [" in text
     assert "| batch 1 (4 rounds) |" in text and "stopped short" not in text
+    # a cell of the design without a complete round yet: dashes, and its header says so
+    unmeasured = {**manifest, "design": {**manifest["design"], "cells": [
+        *manifest["design"]["cells"], {**manifest["design"]["cells"][0], "name": "trace"}]}}
+    empty = readme_table.render(unmeasured, {"batch 1": 4, "trace": 5})
+    assert "| trace (0 of 5 rounds) |" in empty
+    assert all(line.endswith("| - |") for line in empty.splitlines()[4:])
     short = readme_table.render(manifest, {"batch 1": 5})
     assert "| batch 1 (4 of 5 rounds) |" in short and "stopped short" in short.splitlines()[0]
     assert readme_table.check_readme(f"{readme_table.START}\n{text}{readme_table.END}",
@@ -326,3 +332,19 @@ def test_the_estimate_counts_every_engine_start_and_token():
     served = 50 + 2 * (1 + 1) + 4 * (1 + 0.5)
     assert readme_plan.estimate(config, args, design) == pytest.approx(2 * offline + served)
 
+
+
+def test_the_readme_holds_the_table_of_the_published_manifest():
+    """The README-versus-manifest half of ``reproduce readme --check`` on the
+    repository itself (the plugin-tree half needs git and is the command's)."""
+    config = reproduce.load_config("readme")
+    path = REPO / config["results"] / "manifest.json"
+    manifest = readme_manifest.read(path)
+    assert manifest is not None, f"no manifest at {path}"
+    assert not manifest["quick"], "the README's table is of a full-size run"
+    planner = readme_run.Planner(reproduce.load_config, reproduce.step_args, reproduce.plan,
+                                 reproduce.shell_line, reproduce.run, reproduce.RUNS)
+    layout = readme_run.page_layout(planner, config, manifest)
+    assert readme_run.page_problems((REPO / "README.md").read_text(),
+                                    (REPO / "docs" / "results.md").read_text(), manifest,
+                                    layout) == []

@@ -68,7 +68,8 @@ def table_rows(manifest: dict) -> list[list[str]]:
             for name in names:
                 found = [c for c in cells.get(name, {}).get("comparisons", [])
                          if method_name(c["method"]) == subject and c["against"] == against]
-                label = cells[name]["best_fixed_label"] if against == BEST_FIXED else None
+                label = (cells[name]["best_fixed_label"]
+                         if found and against == BEST_FIXED else None)
                 row.append(ratio_cell(found[0], label) if found else "-")
             rows.append(row)
         row = [f"{LABELS[subject]}: counts"]
