@@ -35,33 +35,36 @@ def engine_label(engine: str) -> str:
     return f"`{engine}`"
 
 
-def sweep_table(manifest: dict, cell: dict, seed: int = 0) -> list[str]:
+def sweep_table(cell: dict, summary: dict, tokens, seconds, seed: int = 0) -> list[str]:
     """Markdown rows: every engine's mean tokens/s over the rounds, its ratio
-    to no speculation with the table's interval, and its counts."""
-    summary = manifest["cells"][cell["name"]]
+    to no speculation with the table's interval, and its counts. A ratio the
+    manifest's ``summary`` holds is taken from it; the other fixed K's are
+    bootstrapped here, as ``readme_cells.cell_summary`` would."""
     methods = cell["methods"]
-    tokens, seconds = arrays(cell_rows(manifest["rounds"], cell), methods, cell["units"])
     fixed = [i for i, m in enumerate(methods) if is_fixed(m)]
+    stored = {c["method"]: c for c in summary["comparisons"] if c["against"] == NO_SPECULATION}
     lines = ["| engine | tok/s, mean of rounds | / no speculation | counts |",
              "|---|---|---|---|"]
     for engine in methods:
         numbers = summary["methods"][engine]
         rate = sum(numbers["tokens_per_second"]) / len(numbers["tokens_per_second"])
-        ratio = ("1" if engine == NO_SPECULATION else ratio_cell(
-            comparison(tokens, seconds, methods, engine, NO_SPECULATION, fixed, seed)))
+        if engine == NO_SPECULATION:
+            ratio = "1"
+        else:
+            ratio = ratio_cell(stored.get(engine) or comparison(
+                tokens, seconds, methods, engine, NO_SPECULATION, fixed, seed))
         best = " (best fixed)" if engine == summary["best_fixed"] else ""
         lines.append(f"| {engine_label(engine)}{best} | {rate:.2f} | {ratio} | "
                      f"{counts_cell(numbers)} |")
     return lines
 
 
-def unit_table(manifest: dict, cell: dict, unit_names: list[str]) -> list[str]:
+def unit_table(cell: dict, summary: dict, tokens, seconds,
+               unit_names: list[str]) -> list[str]:
     """Markdown rows, one per unit (a trace's phase): each plugin method's
     tokens/s over no speculation's and over the cell's best fixed K's,
     pooled over the rounds."""
-    summary = manifest["cells"][cell["name"]]
     methods = cell["methods"]
-    tokens, seconds = arrays(cell_rows(manifest["rounds"], cell), methods, cell["units"])
     rate = tokens.sum(1) / seconds.sum(1)  # [method, unit], pooled over the rounds
     subjects = [m for m in methods if m != NO_SPECULATION and not is_fixed(m)]
     best = methods.index(summary["best_fixed"])
@@ -96,9 +99,13 @@ def render(manifest: dict, unit_names: dict[str, list[str]] | None = None,
         rounds = rounds_label(summary["rounds"], planned.get(cell["name"]))
         lines += [f"**{cell['name']}** ({rounds}, {units}; "
                   f"best fixed: {engine_label(summary['best_fixed'])})", ""]
-        lines += sweep_table(manifest, cell) + [""]
+        # [method, round, unit]: the cell's rows, built once for both tables
+        tokens, seconds = arrays(cell_rows(manifest["rounds"], cell), cell["methods"],
+                                 cell["units"])
+        lines += sweep_table(cell, summary, tokens, seconds) + [""]
         if cell["name"] in unit_names:
             lines += [f"By phase ({cell['name']}), tokens/s ratios pooled over the rounds:",
                       ""]
-            lines += unit_table(manifest, cell, unit_names[cell["name"]]) + [""]
+            lines += unit_table(cell, summary, tokens, seconds,
+                                unit_names[cell["name"]]) + [""]
     return "\n".join(lines)

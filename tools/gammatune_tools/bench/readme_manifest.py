@@ -23,7 +23,6 @@ from pathlib import Path
 from gammatune_tools.bench.context import cpu_isa, cpu_model
 from gammatune_tools.bench.readme_cells import cell_summary
 
-#: the plugin's folder, whose tree names the code measured
 #: the kept fields of a row (the rest is recomputed or not needed)
 ROW_FIELDS = ("method", "batch", "position", "output_tokens", "wall_seconds", "accepted",
               "drafts", "draft_forward_passes")

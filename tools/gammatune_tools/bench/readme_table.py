@@ -113,7 +113,8 @@ def render(manifest: dict, planned: dict[str, int] | None = None) -> str:
     ``planned``: the rounds each cell's step runs to, by cell name; a cell
     short of them says so in its header."""
     planned = planned or {}
-    too_wide = [cell for row in table_rows(manifest) for cell in row[1:]
+    rows = table_rows(manifest)
+    too_wide = [cell for row in rows for cell in row[1:]
                 if len(cell) > MAX_CELL]
     if too_wide:
         raise TableError(f"cells over {MAX_CELL} characters: {too_wide}")
@@ -126,7 +127,7 @@ def render(manifest: dict, planned: dict[str, int] | None = None) -> str:
     lines = [caption(manifest) + (" A cell of fewer rounds than planned is of a run stopped "
                                   "short; the same command resumes it." if short else ""),
              "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(row) + " |" for row in table_rows(manifest)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines) + "\n"
 
 
