@@ -118,12 +118,11 @@ def render(manifest: dict, planned: dict[str, int] | None = None) -> str:
                 if len(cell) > MAX_CELL]
     if too_wide:
         raise TableError(f"cells over {MAX_CELL} characters: {too_wide}")
-    header = [""]
-    for cell in manifest["design"]["cells"]:
-        rounds = manifest["cells"].get(cell["name"], {}).get("rounds", 0)
-        header.append(f"{cell['name']} ({rounds_label(rounds, planned.get(cell['name']))})")
-    short = any(manifest["cells"].get(c["name"], {}).get("rounds", 0) < planned.get(c["name"], 0)
-                for c in manifest["design"]["cells"])
+    rounds = {c["name"]: manifest["cells"].get(c["name"], {}).get("rounds", 0)
+              for c in manifest["design"]["cells"]}
+    header = ["", *(f"{name} ({rounds_label(n, planned.get(name))})"
+                    for name, n in rounds.items())]
+    short = any(n < planned.get(name, 0) for name, n in rounds.items())
     lines = [caption(manifest) + (" A cell of fewer rounds than planned is of a run stopped "
                                   "short; the same command resumes it." if short else ""),
              "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
