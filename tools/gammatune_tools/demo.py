@@ -42,11 +42,12 @@ FULL_DEMO = DemoPlan(methods=("no_spec", "vllm_draft_model", "gammatune", "gamma
                               "gammatune_cost", "gammatune_cost_ngram_model"),
                      batch_sizes=(1, 4), max_tokens=96, num_prompts=4)
 
-#: Seconds to start an engine on the real pair, 2-core CPU (bf16, eager):
-#: loading and profiling the target, plus the draft for a speculative engine.
+#: The time estimate's assumptions for the real pair on a 2-core CPU (bf16,
+#: eager), kept on the slow side: seconds to start an engine (loading and
+#: profiling the target, plus the draft for a speculative engine) ...
 ENGINE_START_S = {False: 30.0, True: 45.0}
-#: generated tokens per second at batch 1 on that machine (no speculation
-#: ~6-7, drafting methods ~7-10); a batch of b requests is ~b**0.65 faster
+#: ... and generated tokens per second at batch 1; a batch of b requests is
+#: taken as ~b**0.65 faster
 BATCH1_TOKENS_PER_S = 7.0
 
 
@@ -102,8 +103,9 @@ def read_machine_facts() -> str:
     return machine_facts(cpuinfo, os.environ.get("VLLM_CPU_OMP_THREADS_BIND"), os.cpu_count())
 
 
-#: a single run's speed differs by up to this share from a rerun on a 2-core
-#: CPU (drift over minutes, engine to engine); smaller differences say nothing
+#: the share by which one unpaired run's speed may differ from a rerun on a
+#: 2-core CPU (drift over minutes, engine to engine); smaller differences say
+#: nothing
 DEMO_NOISE = 0.10
 
 

@@ -18,8 +18,8 @@ innermost of:
 
 Catching a call costs time: ``calibrate`` measures in a loop how much lands
 outside the call's own interval (on the plugin) and inside it. In an engine
-the handler runs cold and costs about twice that, which the harness measures
-there (``benchmarks.host_time.in_engine_calibration``) before its split
+the handler runs cold and costs more than in the loop, so the harness measures
+it there (``benchmarks.host_time.in_engine_calibration``) before its split
 (``split_step``) takes it out.
 """
 
