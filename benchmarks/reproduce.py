@@ -285,6 +285,13 @@ def run(commands: list[dict]) -> int:
     return 0
 
 
+def readme_planner():
+    """This command's config machinery, as ``readme_run`` takes it."""
+    from gammatune_tools.bench import readme_run
+
+    return readme_run.Planner(load_config, step_args, plan, shell_line, run, RUNS)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.reproduce",
                                      description=__doc__.splitlines()[0])
@@ -321,8 +328,7 @@ def main(argv: list[str] | None = None) -> int:
         if "readme" in load_config(args.name):
             from gammatune_tools.bench import readme_run
 
-            return readme_run.main(args, argv, readme_run.Planner(
-                load_config, step_args, plan, shell_line, run, RUNS))
+            return readme_run.main(args, argv, readme_planner())
         if args.write or args.check or args.manifest:
             parser.error(f"--write, --check and --manifest: only for a table with a manifest "
                          f"({', '.join(n for n in config_names() if 'readme' in load_config(n))})")

@@ -342,9 +342,7 @@ def test_the_readme_holds_the_table_of_the_published_manifest():
     manifest = readme_manifest.read(path)
     assert manifest is not None, f"no manifest at {path}"
     assert not manifest["quick"], "the README's table is of a full-size run"
-    planner = readme_run.Planner(reproduce.load_config, reproduce.step_args, reproduce.plan,
-                                 reproduce.shell_line, reproduce.run, reproduce.RUNS)
-    layout = readme_run.page_layout(planner, config, manifest)
+    layout = readme_run.page_layout(reproduce.readme_planner(), config, manifest)
     assert readme_run.page_problems((REPO / "README.md").read_text(),
                                     (REPO / "docs" / "results.md").read_text(), manifest,
                                     layout) == []

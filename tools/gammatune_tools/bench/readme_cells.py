@@ -26,6 +26,9 @@ from gammatune_tools.bench.stats import two_level_bootstrap, verdict
 
 #: the methods whose draft length is fixed before the run
 FIXED = (*VLLM_FIXED_K, VLLM_NGRAM)
+#: the bootstrap's seed: the manifest's intervals and the results page's
+#: detail draw the same resamples, so a ratio written twice reads the same
+SEED = 0
 #: what a comparison is against: a method's name, or one of these
 BEST_FIXED, ORACLE = "best fixed K", "per-prompt oracle"
 
@@ -111,7 +114,8 @@ def comparison(tokens, seconds, methods: list[str], subject: str, against: str,
             "verdict": verdict(low, high)}
 
 
-def cell_summary(rows: list[dict], methods: list[str], num_units: int, seed: int = 0) -> dict:
+def cell_summary(rows: list[dict], methods: list[str], num_units: int,
+                 seed: int = SEED) -> dict:
     """The cell's numbers: per method tok/s per round and the counts; the
     best fixed choice; every other method against no speculation, the best
     fixed K and the oracle, and the best fixed K against no speculation."""

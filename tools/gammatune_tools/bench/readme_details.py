@@ -18,7 +18,7 @@ the rounds, which would describe the clock and not the prompts.
 from __future__ import annotations
 
 from gammatune_tools.bench.methods import NO_SPECULATION
-from gammatune_tools.bench.readme_cells import arrays, comparison, is_fixed, k_label
+from gammatune_tools.bench.readme_cells import SEED, arrays, comparison, is_fixed, k_label
 from gammatune_tools.bench.readme_manifest import cell_rows
 from gammatune_tools.bench.readme_table import counts_cell, ratio_cell, rounds_label
 
@@ -35,7 +35,7 @@ def engine_label(engine: str) -> str:
     return f"`{engine}`"
 
 
-def sweep_table(cell: dict, summary: dict, tokens, seconds, seed: int = 0) -> list[str]:
+def sweep_table(cell: dict, summary: dict, tokens, seconds) -> list[str]:
     """Markdown rows: every engine's mean tokens/s over the rounds, its ratio
     to no speculation with the table's interval, and its counts. A ratio the
     manifest's ``summary`` holds is taken from it; the other fixed K's are
@@ -52,7 +52,7 @@ def sweep_table(cell: dict, summary: dict, tokens, seconds, seed: int = 0) -> li
             ratio = "1"
         else:
             ratio = ratio_cell(stored.get(engine) or comparison(
-                tokens, seconds, methods, engine, NO_SPECULATION, fixed, seed))
+                tokens, seconds, methods, engine, NO_SPECULATION, fixed, SEED))
         best = " (best fixed)" if engine == summary["best_fixed"] else ""
         lines.append(f"| {engine_label(engine)}{best} | {rate:.2f} | {ratio} | "
                      f"{counts_cell(numbers)} |")

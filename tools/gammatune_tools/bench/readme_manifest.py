@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from gammatune_tools.bench.context import cpu_isa, cpu_model
-from gammatune_tools.bench.readme_cells import cell_summary
+from gammatune_tools.bench.readme_cells import SEED, cell_summary
 
 #: the kept fields of a row (the rest is recomputed or not needed)
 ROW_FIELDS = ("method", "batch", "position", "output_tokens", "wall_seconds", "accepted",
@@ -96,7 +96,7 @@ def cell_rows(rounds: list[dict], cell: dict) -> list[dict]:
             for i, entry in enumerate(mine) for row in entry["rows"]]
 
 
-def compute_cells(rounds: list[dict], design: dict, seed: int = 0) -> dict:
+def compute_cells(rounds: list[dict], design: dict, seed: int = SEED) -> dict:
     """Every cell of the design with rounds, computed (``readme_cells``)."""
     cells = {}
     for cell in design["cells"]:

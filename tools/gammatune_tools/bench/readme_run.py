@@ -6,10 +6,9 @@ stopped run's included, pool into the manifest (``readme_manifest``);
 ``--write`` / ``--check`` put the README's table (``readme_table``) and the
 results page's detail of it (``readme_details``) from it, or compare them.
 ``--dry-run`` prints the commands, the cells and the estimated wall time
-(``readme_plan.estimate``). The config machinery (load,
-plan, run) is the command's, handed in as a ``Planner``. The design, the
-sizes and how they were estimated: benchmarks/README.md, "The README's
-table".
+(``readme_plan.estimate``). The config machinery (load, plan, run) is the
+command's, handed in as a ``Planner``. The design, the sizes and how they
+were estimated: benchmarks/README.md, "The README's table".
 """
 
 from __future__ import annotations
