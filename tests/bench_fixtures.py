@@ -35,7 +35,8 @@ def run_folder(directory: Path, methods: str, baseline: str | None, rows: list[d
 
 def paired_row(size: int, round_index: int, batch: int, method: str, seconds: float,
                tokens: int = 8, accepted: float = 0.0, token_ids=None, **counts) -> dict:
-    """One row of ``paired.jsonl``: one batch on one engine."""
+    """One row of ``paired.jsonl``: one batch on one engine (its target passes,
+    unless given, those of a batch whose accepted tokens all fit in it)."""
     return {"batch_size": size, "round": round_index, "batch": batch, "method": method,
             "wall_seconds": seconds, "output_tokens": tokens, "accepted": accepted,
-            "token_ids": token_ids, **counts}
+            "target_passes": tokens - accepted, "token_ids": token_ids, **counts}

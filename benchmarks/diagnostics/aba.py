@@ -51,7 +51,7 @@ def collect(directory: Path) -> dict[tuple[str, int], list[dict]]:
                      "run": path.parent.name, "value": row[value_key],
                      "tpot": row.get(tpot_key) if tpot_key else None,
                      "target_passes_per_token": row.get("target_passes_per_token"),
-                     "draft_forwards_per_token": row.get("draft_forward_passes_per_token")})
+                     "draft_forwards_per_token": row.get("draft_forwards_per_token")})
     for runs in cells.values():
         runs.sort(key=lambda cell: cell["started"])
     return cells

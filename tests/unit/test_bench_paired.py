@@ -58,19 +58,29 @@ def test_paired_summary_uses_complete_rounds_and_pairs_each_round():
     assert "| 2 | cost | 2 | 10.00, 4.00 | 1.250, 1.000 |" in text and "| 4/8 |" in text
 
 
-def test_vllms_own_drafter_runs_k_forwards_per_drafting_step():
-    rounds = [{"draft_forward_passes": 0.0, "drafts": 5.0}, {"draft_forward_passes": 0.0,
-                                                             "drafts": 3.0}]
-    assert paired.draft_forwards("vllm_draft_model@3", rounds) == 24
-    assert paired.draft_forwards("vllm_draft_model", rounds) is None  # K not in the name
-    assert paired.draft_forwards("gammatune_cost", [{"draft_forward_passes": 7.0}]) == 7.0
+def test_vllms_own_drafter_runs_k_forwards_in_every_step_that_emitted_tokens():
+    rows = [paired_row(1, r, 0, engine, 1.0, tokens=10, accepted=9.0, target_passes=3,
+                       engine_steps=3, drafts=2, draft_forward_passes=forwards)
+            for r in range(2) for engine, forwards in
+            (("vllm_draft_model@6", 0.0), ("vllm_draft_model", 0.0), ("cost", 7.0),
+             ("vllm_ngram@4", 0.0))]
+    summary = {row["method"]: row for row in paired.summarize(
+        rows, ["vllm_draft_model@6", "vllm_draft_model", "cost", "vllm_ngram@4"], 1)}
+    assert summary["vllm_draft_model@6"]["draft_forwards_per_token"] == pytest.approx(36 / 20)
+    assert summary["vllm_draft_model"]["draft_forwards_per_token"] is None  # K not in the name
+    assert summary["cost"]["draft_forwards_per_token"] == pytest.approx(14 / 20)
+    assert summary["vllm_ngram@4"]["draft_forwards_per_token"] == 0.0  # no draft model
+    # vLLM accepted 9 a request, 7 of them within its 10 tokens
+    assert summary["cost"]["accepted_length"] == pytest.approx(1 + 14 / 4)
+    assert summary["cost"]["target_passes_per_token"] == pytest.approx(0.3)
 
 
 def test_served_interleaved_rows_summarised_per_round(tmp_path):
     def row(method, round_index, position, duration, tokens=1000, accepted=0.0):
         return {"method": method, "round": round_index, "position": position,
                 "concurrency": 4, "duration": duration, "total_output_tokens": tokens,
-                "metrics_delta": {"accepted": accepted, "gammatune_steps": 10.0,
+                "metrics_delta": {"accepted": accepted, "target_passes": tokens - accepted,
+                                  "gammatune_steps": 10.0,
                                   "gammatune_skipped_draft_steps": 9.0}}
 
     rows = [row("no_spec", 0, 0, 50.0), row("cost", 0, 1, 40.0, accepted=100.0),

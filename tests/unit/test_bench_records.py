@@ -52,11 +52,18 @@ def test_measurement_dict_carries_the_derived_counts():
         wall_seconds=10.0, drafts=40, draft_tokens=120, accepted=60, confidence_stops=0,
         draft_forward_passes=130, relaxed_acceptances=0, plugin_time_us=500.0,
         plugin_steps=50, skipped_draft_steps=10, planned_draft_tokens=150,
-        stopped_draft_tokens=30).to_dict()
-    assert row["tokens_per_second"] == 10.0 and row["mean_accepted_length"] == 2.5
+        stopped_draft_tokens=30, target_passes=44, engine_steps=44).to_dict()
+    # vLLM counted 60 accepted; 100 tokens in 44 passes accepted 56 within max_tokens
+    assert row["tokens_per_second"] == 10.0 and row["mean_accepted_length"] == 1 + 56 / 40
     assert row["acceptance_rate"] == 0.5 and row["mean_draft_length"] == 3.0
-    assert row["target_passes_per_token"] == 0.4 and row["draft_forwards_per_token"] == 1.3
+    assert row["target_passes_per_token"] == 0.44 and row["draft_forwards_per_token"] == 1.3
     assert row["drafted_step_share"] == 0.8 and row["plugin_us_per_step"] == 10.0
+    fixed = records.Measurement(
+        method="vllm_draft_model", k=3, batch_size=1, num_requests=2, output_tokens=100,
+        wall_seconds=10.0, drafts=40, draft_tokens=120, accepted=60, confidence_stops=0,
+        draft_forward_passes=0, relaxed_acceptances=0, plugin_time_us=0.0,
+        target_passes=42, engine_steps=42)
+    assert fixed.draft_forwards_per_token == 3 * 42 / 100  # K forwards in every step
 
 
 def test_outputs_are_placed_by_turn_and_prompt():

@@ -11,7 +11,7 @@ def cell(method, k, tps, passes=0.5, forwards=None):
             "drafts": 10, "num_requests": 1, "output_tokens": 40,
             "tokens_per_second": tps, "mean_accepted_length": 2.0,
             "acceptance_rate": 0.5, "mean_draft_length": k, "target_passes_per_token": passes,
-            "draft_forward_passes_per_token": forwards}
+            "draft_forwards_per_token": forwards}
 
 
 def sized(method, k, tps, batch, categories=None):
@@ -23,11 +23,9 @@ def sized(method, k, tps, batch, categories=None):
     return row
 
 
-def test_projection_uses_eq6_and_fixed_k_forwards():
-    fixed = cell("vllm_draft_model", 4, 8.0, passes=0.4)
-    fixed.update(drafts=38, num_requests=2, output_tokens=100)
-    # K forwards per call, calls = drafts + requests: 4 * 40 / 100 = 1.6 per token;
-    # c / (c * passes + 1.6) = 10 / (4 + 1.6)
+def test_projection_uses_eq6_and_each_rows_draft_forwards():
+    # the row's exact counts (records.Measurement): c / (c * passes + forwards)
+    fixed = cell("vllm_draft_model", 4, 8.0, passes=0.4, forwards=1.6)
     assert report.projected_speedup(fixed, 10) == pytest.approx(10 / 5.6)
     adaptive = cell("gammatune", 4, 9.0, passes=0.4, forwards=1.0)
     assert report.projected_speedup(adaptive, 10) == pytest.approx(10 / 5.0)
@@ -35,9 +33,10 @@ def test_projection_uses_eq6_and_fixed_k_forwards():
 
 
 def test_projection_unknown_for_uncounted_drafters():
-    schedule = cell("vllm_schedule", 3, 8.0, passes=0.4)
-    assert report.draft_forwards_per_token(schedule) is None
+    schedule = cell("vllm_schedule", 3, 8.0, passes=0.4)  # its forwards are not counted
     assert report.projected_speedup(schedule, 10) is None
+    assert report.projected_speedup(cell("gammatune", 4, 9.0, passes=None, forwards=1.0),
+                                    10) is None
 
 
 def test_report_summary_is_mean_and_std_over_initial_lengths():

@@ -83,7 +83,9 @@ def test_a_cell_keeps_its_row_in_the_results_and_the_client_files_in_the_logs(
     (logs / "client").mkdir()
     pages = iter(["vllm:spec_decode_num_drafts_total 5.0\n",
                   "vllm:spec_decode_num_drafts_total 25.0\n"
-                  "vllm:spec_decode_num_accepted_tokens_total 20.0\n"])
+                  "vllm:spec_decode_num_accepted_tokens_total 20.0\n"
+                  "vllm:time_to_first_token_seconds_count 2.0\n"
+                  "vllm:inter_token_latency_seconds_count 16.0\n"])
     monkeypatch.setattr(serve_runs, "http_get", lambda url: next(pages))
 
     def client(args, target, port, dataset, num_prompts, concurrency, temperature,
@@ -105,8 +107,10 @@ def test_a_cell_keeps_its_row_in_the_results_and_the_client_files_in_the_logs(
     assert (logs / "gammatune_c4.json.client.log").read_text().strip() == "client output"
     assert (logs / "client" / "gammatune_c4.json").exists()
     assert row["output_throughput"] == 4.0 and row["completed"] == 2
-    assert row["metrics_delta"] == {"drafts": 20.0, "accepted": 20.0}
-    assert row["mean_accepted_length"] == 2.0 and row["target_passes_per_token"] == 0.5
+    assert row["metrics_delta"] == {"drafts": 20.0, "accepted": 20.0, "target_passes": 18.0}
+    # 40 tokens in 18 passes: 22 accepted within max_tokens (vLLM counted 20 here)
+    assert row["mean_accepted_length"] == 1 + 22 / 20
+    assert row["target_passes_per_token"] == 18 / 40
     assert row["peak_rss_gib"] > 0
 
 

@@ -50,7 +50,7 @@ def rows_of_three_rounds():
                 extra = {"delta": {"gammatune_steps": 10.0, "gammatune_skipped_draft_steps":
                                    8.0 if phase == "busy" else 1.0,
                                    "gammatune_catch_up_tokens": 5.0, "accepted": 10.0,
-                                   "drafts": 4.0, "draft_tokens": 12.0},
+                                   "drafts": 4.0, "draft_tokens": 12.0, "target_passes": 10.0},
                          "decisions": counts(10, 9 if phase == "quiet" else 2,
                                              None if phase == "quiet" else r + 1),
                          "ttft": (100.0, 300.0 + r)}

@@ -21,7 +21,7 @@ def row(method: str, tokens_per_second: float, *, k: int = 2, drafts: float = 0,
                        draft_forward_passes=draft_forward_passes, relaxed_acceptances=0,
                        plugin_time_us=0, batches=batches or [],
                        skipped_draft_steps=skipped_draft_steps, plugin_steps=plugin_steps,
-                       engine_steps=engine_steps)
+                       engine_steps=engine_steps, target_passes=output_tokens - accepted)
 
 
 def batch(steps: float, forwards: float) -> dict:

@@ -114,7 +114,7 @@ def _row(engine: str, size: int, seconds: float, steps: dict, v2: bool, accepted
                            output_tokens=1000, wall_seconds=seconds, drafts=400,
                            draft_tokens=1600 if accepted else 0, accepted=accepted,
                            confidence_stops=0, draft_forward_passes=0, relaxed_acceptances=0,
-                           plugin_time_us=0)
+                           plugin_time_us=0, target_passes=1000 - accepted)
     return {"key": engine, "engine": engine, "v2_model_runner": v2, "async_scheduling": v2,
             "cudagraph_steps": steps, **measured.to_dict()}
 
@@ -132,7 +132,7 @@ def test_the_report_gives_ratios_to_no_speculation_and_graph_shares(tmp_path):
     rows = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in text.splitlines()
             if line.startswith("| ") and "engine" not in line}
     assert rows["gammatune"][1:5] == ["V1", "off", "200.0", "2.000"]
-    assert rows["gammatune"][6] == "2.50"  # accepted length: 1 + 600 / 400
+    assert rows["gammatune"][6] == "2.50"  # accepted length: 1 + 600 / 400 (all within)
     assert rows["gammatune"][9:] == ["25%", "75%", "100 |"]
     assert rows["no_spec"][1:5] == ["V2", "on", "100.0", "1.000"]
     assert "`vllm_draft_model[v2_adaptive]`: ValueError('no varlen graphs')" in text

@@ -130,7 +130,7 @@ def cost_aware_choice(row: Measurement) -> str:
     """What ``gammatune_cost`` chose over the measured steps, in words."""
     if not row.draft_forward_passes:
         return (f"gammatune_cost did not draft in its {int(row.plugin_steps)} measured steps "
-                f"({row.target_passes_per_token:.2f} target passes per token): it judged "
+                f"({fmt(row.target_passes_per_token)} target passes per token): it judged "
                 f"no draft length worth its cost after its warm-up")
     stopped = _stopped_after(row)
     share = row.drafted_step_share
@@ -199,6 +199,6 @@ def table(batch_size: int, rows: Sequence[Measurement]) -> str:
     for r in rows:
         lines.append(f"{method_label(r):<22}{r.tokens_per_second:>8.2f}"
                      f"{r.tokens_per_second / base.tokens_per_second:>11.2f}x"
-                     f"{r.target_passes_per_token:>19.2f}{fmt(r.draft_forwards_per_token):>15}"
+                     f"{fmt(r.target_passes_per_token):>19}{fmt(r.draft_forwards_per_token):>15}"
                      f"{fmt(r.mean_accepted_length):>14}")
     return "\n".join(lines)

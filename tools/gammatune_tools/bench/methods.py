@@ -57,6 +57,8 @@ VARIANTS: Mapping[str, tuple[str, Mapping[str, Any]]] = MappingProxyType({
     # its warm-up (a plan must double the predicted throughput, and probes
     # get no budget), so a run against no_spec measures the skip path alone.
     "gammatune_cost_never": ("gammatune_cost", {"min_draft_gain": 0.999, "probe_budget": 1e-9}),
+    # Ablation: gammatune_cost without its per-token stop (the step plan's lengths)
+    "gammatune_cost_no_token_stop": ("gammatune_cost", {"token_stop": False}),
     # AdaSD's ablations (Gen-Only, Verify-Only)
     "adasd_gen": ("adasd", {"adasd_mode": "generation"}),
     "adasd_verify": ("adasd", {"adasd_mode": "verification"}),

@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from gammatune_tools.bench.context import read_context
+from gammatune_tools.bench.counters import draft_forwards, exact_counts
 from gammatune_tools.bench.methods import (check_method_names, engine_environment, engine_k,
                                            method_name)
 from gammatune_tools.bench.records import read_jsonl
@@ -94,17 +95,6 @@ def shares_done(rows: list[dict], round_index: int, batch_sizes: list[int],
     return {method for method, pairs in seen.items() if needed <= pairs}
 
 
-def draft_forwards(engine: str, per_round: list[dict]) -> float | None:
-    """Batched draft forwards: the plugin's counter; vLLM's own drafter
-    (no counter) runs K of them at every step that drafts (None where its K
-    is not in the engine's name)."""
-    counted = sum(s["draft_forward_passes"] for s in per_round)
-    if counted or method_name(engine) != "vllm_draft_model":
-        return counted
-    k = engine_k(engine, 0)
-    return k * sum(s["drafts"] for s in per_round) if k else None
-
-
 def summarize(rows: list[dict], methods: list[str], num_prompts: int) -> list[dict]:
     """Per (batch size, method): tok/s, per-round ratios to the baseline, counts."""
     baseline = methods[0]
@@ -116,7 +106,8 @@ def summarize(rows: list[dict], methods: list[str], num_prompts: int) -> list[di
     for row in kept:
         key = (row["batch_size"], row["round"], row["method"])
         for name in ("output_tokens", "wall_seconds", "accepted", "drafts",
-                     "draft_forward_passes", "plugin_steps", "skipped_draft_steps",
+                     "draft_forward_passes", "engine_steps", "target_passes",
+                     "plugin_steps", "skipped_draft_steps",
                      "catch_up_tokens", "planned_draft_tokens", "stopped_draft_tokens",
                      "plugin_time_us"):
             sums[key][name] += row.get(name, 0.0) or 0.0
@@ -132,7 +123,13 @@ def summarize(rows: list[dict], methods: list[str], num_prompts: int) -> list[di
             ratios = [m / b for m, b in zip(rate, base)]
             tokens = sum(s["output_tokens"] for s in per_round)
             steps = sum(s["plugin_steps"] for s in per_round)
-            drafts = sum(s["drafts"] for s in per_round)
+            counted = {name: sum(s[name] for s in per_round)
+                       for name in ("drafts", "draft_forward_passes", "engine_steps",
+                                    "target_passes")}
+            exact = exact_counts(tokens, counted["target_passes"], counted["drafts"],
+                                 draft_forwards(method_name(method), engine_k(method, 0),
+                                                counted["draft_forward_passes"],
+                                                counted["engine_steps"] or None))
             planned = sum(s["planned_draft_tokens"] for s in per_round)
             same = total = 0
             by_order: dict[bool, list[float]] = {True: [], False: []}
@@ -151,15 +148,9 @@ def summarize(rows: list[dict], methods: list[str], num_prompts: int) -> list[di
                 "batch_size": size, "method": method, "rounds": len(rounds),
                 "tokens_per_second": rate, "ratios": ratios,
                 "ratio": ratio_interval(ratios) if method != baseline else None,
-                "target_passes_per_token":
-                    (tokens - sum(s["accepted"] for s in per_round)) / tokens,
-                "draft_forwards_per_token":
-                    None if (forwards := draft_forwards(method, per_round)) is None
-                    else forwards / tokens,
-                # 1 + accepted per verification that had drafts (vLLM's
-                # mean acceptance length)
-                "accepted_length":
-                    1 + sum(s["accepted"] for s in per_round) / drafts if drafts else None,
+                # exact counts (``counters.exact_counts``); None in rows
+                # measured before target passes were counted
+                **exact,
                 # the plugin's own time per engine step (planning, the
                 # per-token decisions, book-keeping; not the draft model)
                 "plugin_us_per_step":
@@ -245,13 +236,20 @@ def served_rows_as_batches(rows: list[dict]) -> list[dict]:
     return [{"batch_size": r["concurrency"], "round": r["round"], "batch": 0,
              "method": r["method"], "position": r["position"],
              "wall_seconds": r["duration"], "output_tokens": r["total_output_tokens"],
-             "accepted": r["metrics_delta"].get("accepted", 0.0),
-             "draft_forward_passes":
-                 r["metrics_delta"].get("gammatune_draft_forward_passes", 0.0),
+             **served_counts(r["metrics_delta"]),
              "skipped_draft_steps": r["metrics_delta"].get("gammatune_skipped_draft_steps", 0.0),
              "plugin_steps": r["metrics_delta"].get("gammatune_steps", 0.0),
              "catch_up_tokens": r["metrics_delta"].get("gammatune_catch_up_tokens", 0.0)}
             for r in rows if "round" in r]
+
+
+def served_counts(delta: dict[str, float]) -> dict[str, float]:
+    """A served run's ``/metrics`` differences as the counts of a row of
+    ``summarize`` (``counters.SCRAPED`` names them)."""
+    return {"accepted": delta.get("accepted", 0.0), "drafts": delta.get("drafts", 0.0),
+            "draft_forward_passes": delta.get("gammatune_draft_forward_passes", 0.0),
+            "engine_steps": delta.get("engine_steps", 0.0),
+            "target_passes": delta.get("target_passes", 0.0)}
 
 
 def write_served_summary(out: Path, methods: list[str], baseline: str | None = None) -> Path:

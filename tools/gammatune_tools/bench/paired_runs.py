@@ -31,6 +31,7 @@ from gammatune_tools.bench.pooling import pool_directories, pool_report
 from gammatune_tools.bench.prompts import first_turns, load_prompts
 from gammatune_tools.bench.records import append_row, read_jsonl, trace_path
 from gammatune_tools.bench.specs import add_common_args, parse_ks
+from gammatune_tools.bench.sweep import write_sweep
 
 #: the untimed request after an engine switch (not in any benchmark set)
 SWITCH_WARMUP_PROMPT = [[{"role": "user", "content": "Count from one to ten."}]]
@@ -94,7 +95,8 @@ def write_pooled(args: argparse.Namespace) -> None:
 
 def write_summaries(out: Path, methods: list[str], num_prompts: int,
                     args: argparse.Namespace) -> list[Path]:
-    """``paired.md`` and, where a category has batches of its own,
+    """``paired.md``, ``sweep.md`` where fixed choices ran beside others
+    (``sweep``) and, where a category has batches of its own,
     ``paired_categories.md``: the paths written.
 
     The categories and groups are the run's (its ``context.json``), else
@@ -102,6 +104,8 @@ def write_summaries(out: Path, methods: list[str], num_prompts: int,
     arguments cannot attribute batches to the wrong categories.
     """
     written = [write_summary(out, methods, num_prompts, args.baseline)]
+    sweep = write_sweep(out, methods, num_prompts)
+    written += [sweep] if sweep else []
     run_args = {**vars(args), **read_context(out).get("args", {})}
     try:
         prompts = load_prompts(run_args["dataset"], run_args["per_category"],

@@ -25,7 +25,7 @@ from gammatune_tools.bench.readme_cells import SEED, cell_summary
 
 #: the kept fields of a row (the rest is recomputed or not needed)
 ROW_FIELDS = ("method", "batch", "position", "output_tokens", "wall_seconds", "accepted",
-              "drafts", "draft_forward_passes")
+              "drafts", "draft_forward_passes", "engine_steps", "target_passes")
 #: what must be equal for rounds to pool
 POOL_KEYS = ("plugin_tree", "quick", "design", "machine")
 

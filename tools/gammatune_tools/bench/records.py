@@ -1,16 +1,18 @@
 """What a measurement records, and the JSON-lines files runs keep it in.
 
 Every measurement reports wall-clock speed *and* counts that do not depend on
-the hardware, read from vLLM's own counters and the plugin's:
+the hardware, read from vLLM's own counters and the plugin's, exact where
+vLLM's acceptance totals are not (``counters.exact_counts``):
 
-- ``mean_accepted_length``: 1 + accepted / drafts (tokens per verification);
-- ``acceptance_rate``: accepted / draft tokens;
+- ``mean_accepted_length``: 1 + the tokens accepted within ``max_tokens``
+  per verification that had drafts;
+- ``acceptance_rate``: accepted / draft tokens verified (vLLM's);
 - ``mean_draft_length``: draft tokens / drafts;
-- ``target_passes_per_token``: request-level target verifications per
-  generated token, (generated - accepted) / generated;
+- ``target_passes_per_token``: the engine steps that emitted tokens for a
+  request, summed over requests, per generated token;
 - ``draft_tokens_per_token``: draft tokens verified per generated token;
-- ``draft_forward_passes_per_token``: batched draft forwards per generated
-  token (plugin methods; vLLM's fixed-K drafter runs K per step).
+- ``draft_forwards_per_token``: batched draft forwards per generated token,
+  one unit for every method (``counters.draft_forwards``).
 
 A results file holds one JSON object a line, appended and flushed one cell
 at a time, so a killed run resumes where it stopped (``done_keys``).
@@ -24,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gammatune_tools.bench.methods import VLLM_FIXED_K
+from gammatune_tools.bench.counters import draft_forwards, exact_counts
 
 
 @dataclass
@@ -49,8 +51,10 @@ class Measurement:
     #: gammatune_cost: vllm:gammatune_cost_drafting_scale at the end of the cell
     drafting_scale: float | None = None
     plugin_steps: float = 0.0
-    #: engine steps (vLLM's per-step histogram), every method
+    #: engine steps that emitted tokens (vLLM's per-step histogram), every method
     engine_steps: float = 0.0
+    #: target passes: per request, the engine steps that emitted its tokens, summed
+    target_passes: float = 0.0
     #: draft tokens the policy planned, and those a per-token stop cut
     planned_draft_tokens: float = 0.0
     stopped_draft_tokens: float = 0.0
@@ -60,8 +64,14 @@ class Measurement:
         return self.output_tokens / self.wall_seconds
 
     @property
+    def exact(self) -> dict[str, float | None]:
+        return exact_counts(self.output_tokens, self.target_passes, self.drafts,
+                            draft_forwards(self.method, self.k, self.draft_forward_passes,
+                                           self.engine_steps))
+
+    @property
     def mean_accepted_length(self) -> float | None:
-        return 1 + self.accepted / self.drafts if self.drafts else None
+        return self.exact["accepted_length"]
 
     @property
     def acceptance_rate(self) -> float | None:
@@ -72,8 +82,8 @@ class Measurement:
         return self.draft_tokens / self.drafts if self.drafts else None
 
     @property
-    def target_passes_per_token(self) -> float:
-        return (self.output_tokens - self.accepted) / self.output_tokens
+    def target_passes_per_token(self) -> float | None:
+        return self.exact["target_passes_per_token"]
 
     @property
     def draft_tokens_per_token(self) -> float:
@@ -85,23 +95,10 @@ class Measurement:
         return self.plugin_time_us / self.plugin_steps if self.plugin_steps else None
 
     @property
-    def draft_forward_passes_per_token(self) -> float | None:
-        if self.draft_forward_passes:
-            return self.draft_forward_passes / self.output_tokens
-        return None
-
-    @property
     def draft_forwards_per_token(self) -> float | None:
-        """Batched draft forwards per generated token, for every method: the
-        plugin's counter; 0 when nothing was drafted; vLLM's fixed-K drafter
-        runs K forwards in every engine step (None when the steps are unknown)."""
-        if self.draft_forward_passes:
-            return self.draft_forward_passes / self.output_tokens
-        if not self.draft_tokens:
-            return 0.0
-        if self.method in VLLM_FIXED_K and self.engine_steps:
-            return self.k * self.engine_steps / self.output_tokens
-        return None
+        """Batched draft forwards per generated token, for every method
+        (``counters.draft_forwards``)."""
+        return self.exact["draft_forwards_per_token"]
 
     @property
     def stopped_share(self) -> float | None:
@@ -121,8 +118,7 @@ class Measurement:
         data = asdict(self)
         for name in ("tokens_per_second", "mean_accepted_length", "acceptance_rate",
                      "mean_draft_length", "target_passes_per_token",
-                     "draft_tokens_per_token", "draft_forward_passes_per_token",
-                     "draft_forwards_per_token", "drafted_step_share",
+                     "draft_tokens_per_token", "draft_forwards_per_token", "drafted_step_share",
                      "plugin_us_per_step"):
             data[name] = getattr(self, name)
         return data
@@ -138,7 +134,7 @@ def per_category(batches: list[dict], categories: list[str]) -> dict[str, dict]:
     """
     sums: dict[str, dict] = {}
     fields = ("wall_seconds", "output_tokens", "drafts", "draft_tokens", "accepted",
-              "draft_forward_passes")
+              "draft_forward_passes", "target_passes")
     for batch in batches:
         cats = {categories[i] for i in batch["indices"]}
         cat = cats.pop() if len(cats) == 1 else "mixed"

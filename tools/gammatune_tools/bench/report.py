@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from gammatune_tools.bench.counters import exact_counts
 from gammatune_tools.bench.stats import mean_std, ratio
 from gammatune_tools.bench.tables import fmt, label, pm
 
@@ -22,27 +23,13 @@ from gammatune_tools.bench.tables import fmt, label, pm
 PROJECTED_C = (3, 10, 20)
 
 
-def draft_forwards_per_token(row: dict) -> float | None:
-    """Batched draft forwards per generated token; None where not known."""
-    if row.get("draft_forward_passes_per_token"):
-        return row["draft_forward_passes_per_token"]
-    if row["method"] == "vllm_draft_model":
-        # K forwards per propose call; at batch 1 every verified draft had a
-        # call, plus each request's last (unverified) one.
-        calls = (row["drafts"] + row["num_requests"]) / row["batch_size"]
-        return row["k"] * calls / row["output_tokens"]
-    if row["method"] == "no_spec":
-        return 0.0
-    return None  # e.g. vLLM's batch-size schedule or a custom config: not counted
-
-
 def projected_speedup(row: dict, c: float) -> float | None:
     if row["method"] == "no_spec":
         return 1.0
-    forwards = draft_forwards_per_token(row)
-    if forwards is None:
-        return None
-    return c / (c * row["target_passes_per_token"] + forwards)
+    forwards, passes = row.get("draft_forwards_per_token"), row.get("target_passes_per_token")
+    if forwards is None or passes is None:
+        return None  # not counted (e.g. vLLM's batch-size schedule, a custom config)
+    return c / (c * passes + forwards)
 
 
 def group_key(row: dict) -> tuple:
@@ -94,8 +81,8 @@ def cell_table(cells: list[dict]) -> list[str]:
             f"{fmt(ratio(tps, same_k and same_k['tokens_per_second']))} | "
             f"{fmt(ratio(tps, best and best['tokens_per_second']))} | "
             f"{fmt(cell['mean_accepted_length'])} | {fmt(cell['acceptance_rate'])} | "
-            f"{fmt(cell['mean_draft_length'])} | {cell['target_passes_per_token']:.2f} | "
-            f"{fmt(draft_forwards_per_token(cell)) if cell['method'] != 'no_spec' else '-'} | "
+            f"{fmt(cell['mean_draft_length'])} | {fmt(cell['target_passes_per_token'])} | "
+            f"{fmt(cell.get('draft_forwards_per_token')) if cell['method'] != 'no_spec' else '-'} | "
             + " | ".join(fmt(projected_speedup(cell, c)) for c in PROJECTED_C) + " |"
         )
     return lines + [""]
@@ -144,7 +131,10 @@ def category_table(cells: list[dict]) -> list[str]:
 
     def acc(cell, cat):
         entry = cell.get("per_category", {}).get(cat)
-        return 1 + entry["accepted"] / entry["drafts"] if entry and entry["drafts"] else None
+        if not entry:
+            return None
+        return exact_counts(entry["output_tokens"], entry.get("target_passes"),
+                            entry["drafts"], None)["accepted_length"]
 
     by_method = defaultdict(list)
     for cell in cells:

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from gammatune_tools.bench.counters import derived, metrics_delta, parse_metrics
+from gammatune_tools.bench.methods import engine_k, method_name
 from gammatune_tools.bench.paired import engine_order, write_served_summary
 from gammatune_tools.bench.records import append_row, cell_key, done_keys, trace_path
 from gammatune_tools.bench.serving import (CLIENT_FIELDS, PeakRss, Server, client_command,
@@ -105,7 +106,8 @@ class Cell:
                "speculative_config": spec, "variant": variant,
                "started": started, "run_date": self.run_date,
                **{f: client.get(f) for f in CLIENT_FIELDS},
-               "metrics_delta": delta, **derived(delta, output_tokens),
+               "metrics_delta": delta,
+               **derived(delta, output_tokens, method_name(method), engine_k(method, k)),
                "peak_rss_gib": rss.peak / 2**30, **extra}
         append_row(self.results, row)
         print(f"[serve_bench]   {row['output_throughput'] or 0:.2f} tok/s, "

@@ -22,6 +22,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from gammatune_tools.bench.context import read_context, read_contexts
+from gammatune_tools.bench.counters import exact_counts
 from gammatune_tools.bench.records import read_jsonl
 from gammatune_tools.bench.stats import ratio_interval
 from gammatune_tools.bench.tables import fmt, format_interval, percent
@@ -31,7 +32,7 @@ WHOLE = "whole"
 
 #: /metrics differences summed for the counts of a choice
 COUNT_KEYS = ("accepted", "drafts", "draft_tokens", "gammatune_steps",
-              "gammatune_skipped_draft_steps", "gammatune_catch_up_tokens")
+              "gammatune_skipped_draft_steps", "gammatune_catch_up_tokens", "target_passes")
 
 #: what the subject is built to reach, checked on every run: over the whole
 #: trace at least this speed-up over the best static choice (and an interval
@@ -80,6 +81,7 @@ def client_stats(rows: list[dict]) -> dict:
     tpot = [v for row in rows for v in row["tpot_ms"]]
     counts = {key: sum(row["metrics_delta"].get(key, 0.0) for row in rows) for key in COUNT_KEYS}
     steps = counts["gammatune_steps"]
+    exact = exact_counts(tokens, counts["target_passes"], counts["drafts"], None)
     return {
         "seconds": seconds, "output_tokens": tokens,
         "completed": sum(row["completed"] or 0 for row in rows),
@@ -87,8 +89,7 @@ def client_stats(rows: list[dict]) -> dict:
         "output_throughput": tokens / seconds if seconds else None,
         "ttft_p50_ms": percentile(ttft, 50), "ttft_p99_ms": percentile(ttft, 99),
         "tpot_p50_ms": percentile(tpot, 50), "tpot_p99_ms": percentile(tpot, 99),
-        "target_passes_per_token": (tokens - counts["accepted"]) / tokens if tokens else None,
-        "accepted_length": 1 + counts["accepted"] / counts["drafts"] if counts["drafts"] else None,
+        **{key: exact[key] for key in ("target_passes_per_token", "accepted_length")},
         "mean_draft_length":
             counts["draft_tokens"] / counts["drafts"] if counts["drafts"] else None,
         "drafted_step_share":
