@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vllm_gammatune.policies import ADASD_MODES
+from vllm_gammatune.policies.cost_aware.policy import ABLATABLE_PARTS
 
 DEFAULT_GAMMA_INIT = 4
 DEFAULT_GAMMA_MIN = 1
@@ -112,6 +113,18 @@ def _token_stop(value: Any, resolved: Mapping[str, Any]) -> bool:
             "probability of each token, which that drafter does not have; leave "
             "token_stop unset or set it to false")
     return value
+
+
+def _ablate(value: Any, resolved: Mapping[str, Any]) -> list[str]:
+    """gammatune_cost's parts switched off, for measurement: a list of
+    names of ``ABLATABLE_PARTS``, kept sorted without repeats."""
+    if (not isinstance(value, list | tuple)
+            or any(not isinstance(v, str) or v not in ABLATABLE_PARTS for v in value)):
+        raise GammaTuneConfigError(
+            f"speculative_config['ablate']={value!r} is not allowed: must be a list of "
+            f"parts of gammatune_cost to switch off for a measurement, each one of: "
+            f"{', '.join(ABLATABLE_PARTS)} (empty: none, the default)")
+    return sorted(set(value))
 
 
 def _adasd_mode(value: Any, resolved: Mapping[str, Any]) -> str:
@@ -220,6 +233,10 @@ PARAMETERS: dict[str, Parameter] = {p.name: p for p in (
         "after each draft token, draft the next only while it pays (off: the "
         "step plan's lengths; off by default, and refused, with a drafter "
         "without a draft distribution)"),
+    Parameter(
+        "ablate", lambda r: [], _ablate,
+        "for measurement only: parts switched off (docs/cost-aware.md, \"What each "
+        "part is worth\")"),
     Parameter(
         "fixed_step_costs", None, _step_costs,
         "fixed costs in seconds (" + ", ".join(STEP_COST_KEYS) + ") instead of "

@@ -114,7 +114,7 @@ def _gammatune_policy(num_speculative_tokens: int, *, gamma_init: int, gamma_min
 
 def _cost_aware_policy(num_speculative_tokens: int, *, probe_interval: int,
                        probe_budget: float, min_draft_gain: float, keep_pace: bool,
-                       token_stop: bool,
+                       token_stop: bool, ablate: list[str],
                        fixed_step_costs: dict[str, float] | None) -> DraftLengthPolicy:
     costs = fixed_step_costs
     return CostAwarePolicy(
@@ -124,6 +124,7 @@ def _cost_aware_policy(num_speculative_tokens: int, *, probe_interval: int,
         min_draft_gain=min_draft_gain,
         keep_pace=keep_pace,
         token_stop=token_stop,
+        ablate=ablate,
         target_cost=None if costs is None else FixedLinearCost(
             costs["target_step_s"], costs["target_token_s"]),
         draft_cost=None if costs is None else FixedLinearCost(
@@ -169,7 +170,7 @@ METHODS: dict[str, Method] = {m.name: m for m in (
            "cost-aware: which requests draft (0 allowed), from measured step costs; "
            "each draft goes on token by token while its next token pays",
            True, ("probe_interval", "probe_budget", "min_draft_gain", "keep_pace",
-                  "token_stop", "fixed_step_costs"),
+                  "token_stop", "ablate", "fixed_step_costs"),
            _cost_aware_policy,
            num_speculative_tokens=DEFAULT_COST_AWARE_NUM_SPECULATIVE_TOKENS,
            plans_free_drafts=True),

@@ -29,6 +29,7 @@ from typing import Any
 
 from vllm_gammatune.methods import METHODS as REGISTRY
 from vllm_gammatune.methods.drafters import DRAFTER_DRAFT_MODEL, DRAFTERS
+from vllm_gammatune.policies.cost_aware.policy import ABLATABLE_PARTS
 
 NO_SPECULATION = "no_spec"
 #: vLLM's own drafter at a fixed K (K draft forwards in every engine step)
@@ -51,14 +52,24 @@ K_ROLE: Mapping[str, str] = MappingProxyType({
     "gammatune_cost": "cap",
 })
 
+#: gammatune_cost with one part switched off, to measure what it is worth
+#: (``docs/cost-aware.md``, "What each part is worth"): a part's own
+#: parameter where it has one, else ``ablate``
+ABLATIONS: Mapping[str, Mapping[str, Any]] = MappingProxyType({
+    "gammatune_cost_no_token_stop": {"token_stop": False},
+    "gammatune_cost_no_pace": {"keep_pace": False},
+    "gammatune_cost_no_margin": {"min_draft_gain": 0.0},
+    **{f"gammatune_cost_no_{part}": {"ablate": [part]} for part in ABLATABLE_PARTS},
+})
+
 #: harness name -> (plugin method, parameters it fixes)
 VARIANTS: Mapping[str, tuple[str, Mapping[str, Any]]] = MappingProxyType({
     # Diagnostic, not a method to use: gammatune_cost that never drafts after
     # its warm-up (a plan must double the predicted throughput, and probes
     # get no budget), so a run against no_spec measures the skip path alone.
     "gammatune_cost_never": ("gammatune_cost", {"min_draft_gain": 0.999, "probe_budget": 1e-9}),
-    # Ablation: gammatune_cost without its per-token stop (the step plan's lengths)
-    "gammatune_cost_no_token_stop": ("gammatune_cost", {"token_stop": False}),
+    # gammatune_cost with one part switched off (ABLATIONS)
+    **{name: ("gammatune_cost", parameters) for name, parameters in ABLATIONS.items()},
     # AdaSD's ablations (Gen-Only, Verify-Only)
     "adasd_gen": ("adasd", {"adasd_mode": "generation"}),
     "adasd_verify": ("adasd", {"adasd_mode": "verification"}),

@@ -31,7 +31,8 @@ class AcceptanceRates:
     Args:
         memory: weight kept by older observations per new one.
         prior_weight: pseudo-observations pulling a request's rate toward
-            the engine-wide rate.
+            the engine-wide rate (0: none; a request without observations
+            then has the engine's rate).
     """
 
     def __init__(self, memory: float = 0.9, prior_weight: float = 2.0):
@@ -44,7 +45,8 @@ class AcceptanceRates:
     def rate(self, state: SourceCounts) -> float:
         prior = self._accepted / (self._accepted + self._rejections)
         w = self.prior_weight
-        rate = (state.accepted + w * prior) / (state.accepted + state.rejections + w)
+        weight = state.accepted + state.rejections + w
+        rate = (state.accepted + w * prior) / weight if weight > 0.0 else prior
         return min(MAX_RATE, max(MIN_RATE, rate))
 
     def rates(self, states: list[SourceCounts]) -> list[float]:

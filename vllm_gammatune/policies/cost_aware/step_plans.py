@@ -34,6 +34,11 @@ class PlanRules:
     max_num_draft_tokens: int
     min_draft_gain: float
     keep_pace: bool
+    #: requests at length 0 probe (off: ``ablate``)
+    probes: bool = True
+    #: a step with a prompt chunk weighs the chunk's draft prefill (off: it
+    #: drafts wherever a decode step would; ``ablate``)
+    prompt_chunk_rule: bool = True
 
     def best(self, costs: StepCosts, rates: Sequence[float], batch: BatchView,
              drafting_scale: float, drafting_share: float = 1.0,
@@ -64,16 +69,16 @@ class PlanRules:
                     shares: CatchUpShares) -> list[int]:
         """A step with a prompt chunk: a decode step's plan, or none."""
         num_reqs = len(rates)
-        if chunks.waits(num_reqs):
+        if self.prompt_chunk_rule and chunks.waits(num_reqs):
             return [0] * num_reqs  # most requests do not draft later: wait
         # lengths as in a decode step: the first pass over one token each
         decode_costs = fits.at(num_reqs, num_reqs)
         plan = self.best(decode_costs, rates, batch, drafting_scale,
                          shares.free_drafting.at(num_reqs))
-        if max(plan, default=0) == 0:
+        if max(plan, default=0) == 0 or not self.prompt_chunk_rule:
             return plan
-        catch_up_line = fits.catch_up_line(num_reqs)
-        assert catch_up_line is not None, "plan_batch prices catch-ups first"
+        # no price where catch-up pricing is switched off (``ablate``)
+        catch_up_line = fits.catch_up_line(num_reqs) or (0.0, 0.0)
         gain = draft_gain(decode_costs, rates, plan, batch.catch_up_tokens, drafting_scale)
         chunk_seconds = catch_up_line[1] * max(0, batch.num_scheduled_tokens - num_reqs)
         return plan if chunks.drafts(gain, chunk_seconds, num_reqs) else [0] * num_reqs
@@ -89,7 +94,7 @@ class PlanRules:
         not even such a draft would repay (``probe_ceiling``)."""
         num_reqs = len(plan)
         deferred = batch.has_prefill and max(plan, default=0) == 0
-        if deferred or not probes.any_due(records, plan) or (
+        if not self.probes or deferred or not probes.any_due(records, plan) or (
                 max(plan) == 0
                 and max(self.best(costs, [MAX_RATE] * num_reqs, batch, 1.0,
                                   shares.free_drafting.at(num_reqs))) == 0):

@@ -112,11 +112,14 @@ class TokenStop:
         enabled: the rule governs drafts; off, it only calibrates its model
             (the token probabilities are read after every pass either way:
             they also feed traces).
+        learns: the token model learns from verifications; off, a token's
+            acceptance is the draft's own probability (its cold start).
     """
 
-    def __init__(self, enabled: bool = True):
+    def __init__(self, enabled: bool = True, learns: bool = True):
         self.enabled = enabled
-        self.model = TokenAcceptanceModel()
+        self.model = (TokenAcceptanceModel() if learns else
+                      TokenAcceptanceModel(learning_rate=0.0, request_learning_rate=0.0))
         #: prices of the step being drafted, None where the rule is off
         self._prices: TokenPrices | None = None
 
