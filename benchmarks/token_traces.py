@@ -231,7 +231,9 @@ def projection_lines(projections: list[dict], max_k: int) -> list[str]:
                   f"{fmt(p['rule_rate'], 4)} tok/s after {RATE_ITERATIONS} fixed-point "
                   f"iterations from the best fixed K's). Rule / per-request oracle: "
                   f"{fmt(p['rule_vs_per_request_oracle'], 3)}. Per-token oracle / best "
-                  f"fixed K: {fmt(p['oracle_vs_best_fixed'], 3)}.", ""]
+                  f"fixed K: {fmt(p['oracle_vs_best_fixed'], 3)}. The rule's share of the "
+                  f"per-token oracle's gain over the best fixed K: "
+                  f"{fmt(p['rule_share_of_oracle_gain'], 3)}.", ""]
     return lines
 
 

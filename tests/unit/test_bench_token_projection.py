@@ -46,6 +46,9 @@ def test_fixed_k_oracle_and_no_speculation_match_hand_computation():
     assert rows["per-token oracle"]["tokens_per_second"] == pytest.approx(6 / 6.9)
     assert result["best_fixed_k"] == 1  # 5 / 6.9 > 6 / 9.3
     assert result["oracle_vs_best_fixed"] == pytest.approx((6 / 6.9) / (5 / 6.9))
+    rule = rows["rule (gammatune_cost)"]["tokens_per_second"]
+    assert result["rule_share_of_oracle_gain"] == pytest.approx(
+        (rule - 5 / 6.9) / (6 / 6.9 - 5 / 6.9))
 
 
 def random_samples(num: int, max_k: int, seed: int = 0) -> list[Sample]:
@@ -70,6 +73,7 @@ def test_per_token_oracle_beats_every_fixed_k_on_gpu_like_costs(c):
     for K in range(1, max_k + 1):
         assert rows["per-token oracle"] >= rows[f"fixed K={K}"]
     assert result["oracle_vs_best_fixed"] >= 1.0
+    assert result["rule_share_of_oracle_gain"] <= 1.0  # the oracle knows more
 
 
 def test_per_request_oracle_takes_each_requests_best_static_choice():

@@ -135,6 +135,8 @@ def project(samples: list[Sample], costs: Costs, max_k: int) -> dict:
     lengths, passes, rates = rule_fixed_point(samples, costs, best, max_k)
     rows["rule (gammatune_cost)"] = outcome(samples, lengths, costs, passes)
     base = rows["no speculation"]["tokens_per_second"]
+    rule, oracle = (rows[name]["tokens_per_second"]
+                    for name in ("rule (gammatune_cost)", "per-token oracle"))
     return {
         "name": costs.name,
         "costs": {"T0": costs.T0, "T1": costs.T1, "D0": costs.D0, "D1": costs.D1},
@@ -144,10 +146,12 @@ def project(samples: list[Sample], costs: Costs, max_k: int) -> dict:
         "best_fixed_k": best_k,
         "rule_rate": rates[-2],
         "rule_rate_iterations": rates,
-        "rule_vs_best_fixed": rows["rule (gammatune_cost)"]["tokens_per_second"] / best,
-        "oracle_vs_best_fixed": rows["per-token oracle"]["tokens_per_second"] / best,
-        "rule_vs_per_request_oracle": (rows["rule (gammatune_cost)"]["tokens_per_second"]
-                                       / rows["per-request oracle"]["tokens_per_second"]),
+        "rule_vs_best_fixed": rule / best,
+        "oracle_vs_best_fixed": oracle / best,
+        # of what the per-token oracle gains over the best fixed K, the
+        # rule's share (1: all of it; 0: none; below 0: it loses)
+        "rule_share_of_oracle_gain": (rule - best) / (oracle - best) if oracle > best else None,
+        "rule_vs_per_request_oracle": rule / rows["per-request oracle"]["tokens_per_second"],
     }
 
 
