@@ -346,3 +346,30 @@ def test_the_readme_holds_the_table_of_the_published_manifest():
     assert readme_run.page_problems((REPO / "README.md").read_text(),
                                     (REPO / "docs" / "results.md").read_text(), manifest,
                                     layout) == []
+
+
+def test_the_caption_names_the_pair_and_the_software_and_slow_rounds_are_flagged(tmp_path):
+    rows = synthetic_rows(3, 8, seed=5)
+    for row in rows:  # one engine instance ran at a third of its speed in round 2
+        if row["method"] == "vllm_draft_model@2" and row["round"] == 1:
+            row["wall_seconds"] *= 3.0
+    provenance = {"models": {"target": "T-1.5B", "draft": "D-0.5B", "dtype": "bfloat16"},
+                  "software": {"vllm": "0.32.0", "torch": "2.13.0+cpu", "python": "3.11.7"}}
+    manifest = readme_manifest.pool_into(
+        tmp_path / "manifest.json", {**header(), **provenance}, {"session": "s1"},
+        readme_manifest.round_entries("s1", "batch 1", rows, METHODS, 8))
+    assert ("(avx2; 2 threads), T-1.5B with D-0.5B (bfloat16), vLLM 0.32.0, torch "
+            "2.13.0+cpu, ") in readme_table.render(manifest)
+    text = readme_details.render(manifest)
+    flagged = [line for line in text.splitlines() if line.startswith("Rounds below 0.6x")]
+    assert len(flagged) == 1 and "vLLM K=2 in round 2 (0.3" in flagged[0]
+    assert "vLLM K=3" not in flagged[0]
+    # the manifest's rounds pool only with the same pair and software
+    with pytest.raises(readme_manifest.ManifestError, match="models"):
+        readme_manifest.pool_into(
+            tmp_path / "manifest.json",
+            {**header(), **provenance, "models": {**provenance["models"], "dtype": "float32"}},
+            {"session": "s2"}, [])
+    assert readme_manifest.models(None, None, "bfloat16")["target"] == \
+        "Qwen2.5-Coder-1.5B-Instruct"
+    assert readme_manifest.software()["torch"]

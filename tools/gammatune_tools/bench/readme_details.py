@@ -83,6 +83,25 @@ def unit_table(cell: dict, summary: dict, tokens, seconds,
     return lines
 
 
+#: an engine's round below this share of its own median tokens/s over the
+#: rounds is flagged (kept: a slow engine instance is part of what a user
+#: gets, and its round counts like any other)
+SLOW_ROUND = 0.6
+
+
+def slow_rounds(cell: dict, tokens, seconds) -> list[str]:
+    """"vLLM K=4 in round 1 (0.52x its median)" for every engine's round
+    whose tokens/s (over the round's units) is below ``SLOW_ROUND`` of that
+    engine's median over the rounds."""
+    import numpy
+
+    rate = tokens.sum(2) / seconds.sum(2)  # [method, round]
+    median = numpy.median(rate, axis=1)
+    return [f"{engine_label(engine)} in round {r + 1} ({rate[i, r] / median[i]:.2f}x its "
+            f"median)" for i, engine in enumerate(cell["methods"])
+            for r in range(rate.shape[1]) if rate[i, r] < SLOW_ROUND * median[i]]
+
+
 def render(manifest: dict, unit_names: dict[str, list[str]] | None = None,
            planned: dict[str, int] | None = None) -> str:
     """The block between the markers (markers excluded), ending in a newline.
@@ -103,6 +122,10 @@ def render(manifest: dict, unit_names: dict[str, list[str]] | None = None,
         tokens, seconds = arrays(cell_rows(manifest["rounds"], cell), cell["methods"],
                                  cell["units"])
         lines += sweep_table(cell, summary, tokens, seconds) + [""]
+        slow = slow_rounds(cell, tokens, seconds)
+        if slow:
+            lines += [f"Rounds below {SLOW_ROUND}x the engine's own median tokens/s (kept "
+                      f"in every figure above): {'; '.join(slow)}.", ""]
         if cell["name"] in unit_names:
             lines += [f"By phase ({cell['name']}), tokens/s ratios pooled over the rounds:",
                       ""]

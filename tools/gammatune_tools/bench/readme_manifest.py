@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -27,7 +28,10 @@ from gammatune_tools.bench.readme_cells import SEED, cell_summary
 ROW_FIELDS = ("method", "batch", "position", "output_tokens", "wall_seconds", "accepted",
               "drafts", "draft_forward_passes", "engine_steps", "target_passes")
 #: what must be equal for rounds to pool
-POOL_KEYS = ("plugin_tree", "quick", "design", "machine")
+POOL_KEYS = ("plugin_tree", "quick", "design", "machine", "software", "models")
+#: what every manifest holds (the pair and the software are recorded since
+#: later; a manifest without them pools with none that has them)
+REQUIRED_KEYS = POOL_KEYS[:4]
 
 
 class ManifestError(ValueError):
@@ -42,6 +46,32 @@ def machine(env: dict | None = None) -> dict:
     return {"cpu_model": cpu_model(), "flags": cpu_isa(), "threads": os.cpu_count(),
             "threads_bind": os.environ.get("VLLM_CPU_OMP_THREADS_BIND",
                                            (env or {}).get("VLLM_CPU_OMP_THREADS_BIND"))}
+
+
+def software() -> dict:
+    """The versions the rounds ran with: vLLM (the ``vllm`` or ``vllm-cpu``
+    distribution), torch and Python, read without importing them."""
+    from importlib import metadata
+
+    def version(*names: str) -> str | None:
+        for name in names:
+            try:
+                return metadata.version(name)
+            except metadata.PackageNotFoundError:
+                continue
+        return None
+
+    return {"vllm": version("vllm", "vllm-cpu"), "torch": version("torch"),
+            "python": platform.python_version()}
+
+
+def models(target: str | None, draft: str | None, dtype: str) -> dict:
+    """The pair measured: a given model directory by its name, else the
+    prepared real pair's (``model_prep.DEFAULT_PAIR``), and the dtype."""
+    from gammatune_tools.model_prep import DEFAULT_PAIR
+
+    return {"target": Path(target).name if target else DEFAULT_PAIR[0].name,
+            "draft": Path(draft).name if draft else DEFAULT_PAIR[1].name, "dtype": dtype}
 
 
 def now() -> str:
@@ -121,7 +151,7 @@ def read(path: Path) -> dict | None:
         manifest = json.loads(path.read_text())
     except json.JSONDecodeError as error:
         raise ManifestError(f"{path}: not JSON ({error})") from None
-    missing = [key for key in (*POOL_KEYS, "rounds", "cells") if key not in manifest]
+    missing = [key for key in (*REQUIRED_KEYS, "rounds", "cells") if key not in manifest]
     if missing:
         raise ManifestError(f"{path}: missing {', '.join(missing)}")
     return manifest

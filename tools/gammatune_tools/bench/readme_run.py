@@ -27,6 +27,7 @@ from gammatune_tools.bench import (
     readme_table,
 )
 from gammatune_tools.bench.context import REPO
+from gammatune_tools.bench.specs import DEFAULT_DTYPE
 
 
 @dataclass(frozen=True)
@@ -71,8 +72,12 @@ def commands(planner: Planner, config: dict, args: argparse.Namespace, out: Path
         out, tree, args.quick, {step: int(a["rounds"]) for step, a in by_step.items()}, done)
     for step, target in session["target_rounds"].items():
         overrides.setdefault(step, {})["rounds"] = target
+    dtypes = {str(a.get("dtype", DEFAULT_DTYPE)) for a in by_step.values()}
     header = {"plugin_tree": tree, "quick": args.quick, "design": design,
-              "machine": readme_manifest.machine(config.get("env"))}
+              "machine": readme_manifest.machine(config.get("env")),
+              "software": readme_manifest.software(),
+              "models": readme_manifest.models(args.target, args.draft,
+                                               ", ".join(sorted(dtypes)))}
     planned = planner.plan(args.name, args.quick, out, args.target, args.draft,
                            overrides=overrides)
     return planned, header, session, drawn, by_step
@@ -170,13 +175,22 @@ def main(args: argparse.Namespace, argv: list[str] | None, planner: Planner) -> 
         header["command"] = "python -m benchmarks.reproduce " + " ".join(
             sys.argv[1:] if argv is None else argv)
         old = readme_manifest.read(manifest_path)
-        if old is not None:
-            readme_manifest.check_poolable(old, header, str(manifest_path))
+        refused = None
+        try:
+            if old is not None:
+                readme_manifest.check_poolable(old, header, str(manifest_path))
+        except readme_manifest.ManifestError as error:
+            if not args.dry_run:
+                raise
+            refused = error  # a plan is still worth printing
     except (ValueError, OSError) as error:
         print(f"reproduce: {error}", file=sys.stderr)
         return 2
     if args.dry_run:
-        return dry_run(planner, config, args, planned, header, session, by_step, manifest_path)
+        code = dry_run(planner, config, args, planned, header, session, by_step, manifest_path)
+        if refused is not None:
+            print(f"# the manifest would refuse these rounds: {refused}", flush=True)
+        return code
     changed = context.plugin_changed()
     if changed:
         print("reproduce: the plugin has uncommitted changes, so its tree would not name the "

@@ -90,11 +90,23 @@ def table_rows(manifest: dict) -> list[list[str]]:
     return rows + [best, best_counts]
 
 
+def provenance(manifest: dict) -> str:
+    """The pair and the software, where the manifest records them."""
+    models, software = manifest.get("models"), manifest.get("software")
+    parts = []
+    if models:
+        parts.append(f"{models['target']} with {models['draft']} ({models['dtype']})")
+    if software:
+        parts.append(f"vLLM {software['vllm']}, torch {software['torch']}")
+    return "".join(f", {part}" for part in parts)
+
+
 def caption(manifest: dict) -> str:
     machine = manifest["machine"]
     flags = ", ".join(machine["flags"]) or "no AVX2"
     size = "the quick size" if manifest["quick"] else "the full size"
-    return (f"Measured on {machine['cpu_model']} ({flags}; {machine['threads']} threads), "
+    return (f"Measured on {machine['cpu_model']} ({flags}; {machine['threads']} threads)"
+            f"{provenance(manifest)}, "
             f"{manifest['date'][:10]}, {size}, by `python -m benchmarks.reproduce readme`: "
             "tokens/s over the comparison's in the same round, 95% intervals from a "
             "bootstrap over prompts (a batch or a phase counts once) and rounds together; "

@@ -8,6 +8,8 @@ import json
 from gammatune_tools.bench.methods import METHOD_NAMES, NO_SPECULATION, check_method_names
 from gammatune_tools.bench.records import cell_key
 
+#: the models' dtype unless ``--dtype`` says otherwise
+DEFAULT_DTYPE = "bfloat16"
 #: the GammaTune paper's initial draft lengths, and a quick subset
 PAPER_KS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 20, 24)
 QUICK_KS = (2, 4, 8)
@@ -66,7 +68,7 @@ def add_common_args(parser, methods_default: str = "no_spec,vllm_draft_model,gam
                         help="questions per category (datasets with categories, "
                              "e.g. Spec-Bench; GSM8K uses --limit)")
     parser.add_argument("--limit", type=int)
-    parser.add_argument("--dtype", default="bfloat16", help="float32 for the tiny test models")
+    parser.add_argument("--dtype", default=DEFAULT_DTYPE, help="float32 for the tiny test models")
     parser.add_argument("--max-model-len", type=int, default=4096)
     parser.add_argument("--trace", action="store_true",
                         help="per-request draft traces in <out>/traces/ (VLLM_GAMMATUNE_TRACE)")
