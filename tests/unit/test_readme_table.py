@@ -373,3 +373,23 @@ def test_the_caption_names_the_pair_and_the_software_and_slow_rounds_are_flagged
     assert readme_manifest.models(None, None, "bfloat16")["target"] == \
         "Qwen2.5-Coder-1.5B-Instruct"
     assert readme_manifest.software()["torch"]
+
+
+def test_a_readme_that_shows_the_figure_needs_its_file(tmp_path):
+    figure, readme = tmp_path / "results" / readme_run.FIGURE, tmp_path / "README.md"
+    shown = f"![the table at a glance](results/{readme_run.FIGURE})"
+    assert readme_run.figure_problem("no figure here", figure, readme) is None
+    assert "missing" in readme_run.figure_problem(shown, figure, readme)
+    figure.parent.mkdir()
+    figure.write_bytes(b"png")
+    assert readme_run.figure_problem(shown, figure, readme) is None
+
+
+def test_the_figure_is_drawn_from_the_manifest(tmp_path):
+    pytest.importorskip("matplotlib")
+    from gammatune_tools.bench import plots
+
+    manifest = readme_manifest.pool_into(
+        tmp_path / "manifest.json", header(), {"session": "s1"}, new_rounds("s1", 3))
+    plots.plot_readme(manifest, tmp_path / "figure.png")
+    assert (tmp_path / "figure.png").read_bytes()[:4] == b"\x89PNG"

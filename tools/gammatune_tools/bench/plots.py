@@ -116,3 +116,53 @@ def plot_pool(pooled: list[dict], path: Path, served: bool) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+#: the README's figure: each cell's bars (label, engine or None for the
+#: cell's best fixed K, colour), in order
+README_BARS = (("best fixed K", None, "#8c8c8c"),
+               ("gammatune_cost", "gammatune_cost", "#4c72b0"),
+               ("gammatune_cost, n-gram lookup + draft model", "gammatune_cost_ngram_model",
+                "#55a868"))
+
+
+def plot_readme(manifest: dict, path: Path) -> None:
+    """The README's figure from its manifest: per cell, the tokens/s over no
+    speculation of the best fixed K (named on its bar), ``gammatune_cost``
+    and, where it ran, the n-gram lookup ahead of the draft model, each with
+    the manifest's 95% interval."""
+    from gammatune_tools.bench.methods import NO_SPECULATION
+    from gammatune_tools.bench.readme_cells import k_label
+
+    plt = pyplot()
+    names = [c["name"] for c in manifest["design"]["cells"] if c["name"] in manifest["cells"]]
+    fig, ax = plt.subplots(figsize=(8, 3.2))
+    width = 0.8 / len(README_BARS)
+    for offset, (label, engine, colour) in enumerate(README_BARS):
+        bars = []  # (x, ratio, low, high, text)
+        for i, name in enumerate(names):
+            cell = manifest["cells"][name]
+            wanted = cell["best_fixed"] if engine is None else engine
+            found = [c for c in cell["comparisons"]
+                     if c["method"] == wanted and c["against"] == NO_SPECULATION]
+            if found:
+                c = found[0]
+                bars.append((i + (offset - (len(README_BARS) - 1) / 2) * width, c["ratio"],
+                             c["low"], c["high"], k_label(wanted) if engine is None else ""))
+        if not bars:
+            continue
+        xs, ratios, lows, highs, texts = zip(*bars)
+        ax.bar(xs, ratios, width, color=colour, label=label,
+               yerr=[[r - lo for r, lo in zip(ratios, lows)],
+                     [hi - r for r, hi in zip(ratios, highs)]], capsize=3)
+        for x, high, text in zip(xs, highs, texts):
+            if text:
+                ax.text(x, high + 0.02, text, ha="center", va="bottom", fontsize=7)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks(range(len(names)), names, fontsize=8)
+    ax.set_ylabel("tokens/s over no speculation", fontsize=8)
+    ax.set_title("Same rounds, 95% intervals (bootstrap over prompts and rounds)", fontsize=8)
+    ax.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -14,6 +14,7 @@ were estimated: benchmarks/README.md, "The README's table".
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from pathlib import Path
 
 from gammatune_tools.bench import (
     context,
+    plots,
     readme_details,
     readme_manifest,
     readme_plan,
@@ -28,6 +30,10 @@ from gammatune_tools.bench import (
 )
 from gammatune_tools.bench.context import REPO
 from gammatune_tools.bench.specs import DEFAULT_DTYPE
+
+
+#: the README's figure, beside its manifest (``plots.plot_readme``)
+FIGURE = "figure.png"
 
 
 @dataclass(frozen=True)
@@ -129,6 +135,7 @@ def table_command(planner: Planner, config: dict, args: argparse.Namespace,
         return 2
     text, page = args.readme.read_text(), args.results_page.read_text()
     layout = page_layout(planner, config, manifest)
+    figure = manifest_path.parent / FIGURE
     if args.write:
         args.readme.write_text(readme_table.replace(text, readme_table.render(manifest,
                                                                               layout[1])))
@@ -136,13 +143,30 @@ def table_command(planner: Planner, config: dict, args: argparse.Namespace,
             page, readme_details.render(manifest, *layout), readme_details.START,
             readme_details.END))
         print(args.readme, args.results_page)
+        try:
+            plots.plot_readme(manifest, figure)
+            print(figure)
+        except ImportError:
+            print(f"reproduce: {figure} not written: the figure needs matplotlib "
+                  "(pip install -e 'tools[plots]')", file=sys.stderr)
         return 0
     problems = [*page_problems(text, page, manifest, layout, args.results_page),
-                readme_table.check_tree(manifest, context.plugin_tree())]
+                readme_table.check_tree(manifest, context.plugin_tree()),
+                figure_problem(text, figure, args.readme)]
     problems = [p for p in problems if p]
     for problem in problems:
         print(problem, file=sys.stderr)
     return 1 if problems else 0
+
+
+def figure_problem(readme: str, figure: Path, readme_path: Path) -> str | None:
+    """A README that shows the figure needs its file (``--write`` draws it
+    from the manifest, with matplotlib)."""
+    link = os.path.relpath(figure, readme_path.parent)
+    if f"]({link})" in readme and not figure.exists():
+        return (f"{readme_path} shows {link}, which is missing: write it with python -m "
+                "benchmarks.reproduce readme --write (needs matplotlib)")
+    return None
 
 
 def dry_run(planner: Planner, config: dict, args: argparse.Namespace, planned: list[dict],
