@@ -8,7 +8,7 @@ from policy_simulation import measured_cpu_policy, policy, trained_states
 
 from vllm_gammatune.methods import GammaTuneConfigError, split_speculative_config
 from vllm_gammatune.policies import BatchView, Verification
-from vllm_gammatune.policies.cost_aware.policy import ABLATABLE_PARTS
+from vllm_gammatune.policies.cost_aware.ablation import ABLATABLE_PARTS
 from vllm_gammatune.policies.cost_aware.token_acceptance import logit
 
 VLLM_KEYS = frozenset({"model", "num_speculative_tokens"})
@@ -37,9 +37,16 @@ def test_unknown_parts_are_refused_naming_the_field_the_value_and_the_parts():
 
 
 def test_without_the_clock_check_the_model_alone_decides():
-    assert policy().cycle_check is not None
-    p = policy(ablate=["clock_check"])
+    def built(ablate):
+        settings, _ = split_speculative_config(
+            {"method": "gammatune_cost", "model": "d", "ablate": ablate}, VLLM_KEYS)
+        return settings.make_policy()
+
+    assert built([]).cycle_check is not None
+    p = built(["clock_check"])
     assert p.cycle_check is None and p.drafting_scale(1) is None
+    with pytest.raises(ValueError, match="the clock check: check_cycles"):
+        policy(ablate=["clock_check"])  # the policy's own switch is check_cycles
 
 
 def test_without_shrinkage_a_request_has_its_own_rate_or_the_engines():

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vllm_gammatune.policies import ADASD_MODES
-from vllm_gammatune.policies.cost_aware.policy import ABLATABLE_PARTS
+from vllm_gammatune.policies.cost_aware.ablation import ABLATABLE_PARTS
 
 DEFAULT_GAMMA_INIT = 4
 DEFAULT_GAMMA_MIN = 1

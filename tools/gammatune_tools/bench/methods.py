@@ -29,7 +29,7 @@ from typing import Any
 
 from vllm_gammatune.methods import METHODS as REGISTRY
 from vllm_gammatune.methods.drafters import DRAFTER_DRAFT_MODEL, DRAFTERS
-from vllm_gammatune.policies.cost_aware.policy import ABLATABLE_PARTS
+from vllm_gammatune.policies.cost_aware.ablation import ABLATABLE_PARTS
 
 NO_SPECULATION = "no_spec"
 #: vLLM's own drafter at a fixed K (K draft forwards in every engine step)

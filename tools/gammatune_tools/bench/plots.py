@@ -136,7 +136,7 @@ def plot_readme(manifest: dict, path: Path) -> None:
 
     plt = pyplot()
     names = [c["name"] for c in manifest["design"]["cells"] if c["name"] in manifest["cells"]]
-    fig, ax = plt.subplots(figsize=(8, 3.2))
+    fig, ax = plt.subplots(figsize=(8, 3.6))
     width = 0.8 / len(README_BARS)
     for offset, (label, engine, colour) in enumerate(README_BARS):
         bars = []  # (x, ratio, low, high, text)
@@ -162,7 +162,8 @@ def plot_readme(manifest: dict, path: Path) -> None:
     ax.set_xticks(range(len(names)), names, fontsize=8)
     ax.set_ylabel("tokens/s over no speculation", fontsize=8)
     ax.set_title("Same rounds, 95% intervals (bootstrap over prompts and rounds)", fontsize=8)
-    ax.legend(fontsize=7, loc="upper left")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=3,
+              frameon=False)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

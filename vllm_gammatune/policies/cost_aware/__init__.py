@@ -23,7 +23,8 @@ parts it owns, one module each:
   estimate of each draft token's acceptance it rests on;
 - ``decision``: the record of each step's decision, for traces;
 - ``request_state``: a request's state under the policy, one typed record
-  per part.
+  per part;
+- ``ablation``: the parts that can be switched off, for measurement.
 """
 
 from vllm_gammatune.policies.cost_aware.decision import StepDecision

@@ -33,8 +33,6 @@ Each step's plan (``plan_batch``) goes through, in order:
 from __future__ import annotations
 
 from collections.abc import Collection, MutableMapping, Sequence
-from dataclasses import replace
-from types import MappingProxyType
 
 from vllm_gammatune.policies.base import BatchView, DraftLengthPolicy
 from vllm_gammatune.policies.contracts import (
@@ -44,6 +42,7 @@ from vllm_gammatune.policies.contracts import (
     FreeDraftPlanner,
     TokenRule,
 )
+from vllm_gammatune.policies.cost_aware.ablation import ablated_parts
 from vllm_gammatune.policies.cost_aware.acceptance_rates import AcceptanceRates
 from vllm_gammatune.policies.cost_aware.catch_ups import CatchUpShares, price_plan
 from vllm_gammatune.policies.cost_aware.cycle_check import CycleCheck, MeasuredCycle
@@ -73,22 +72,6 @@ from vllm_gammatune.policies.observation import (
 )
 
 
-#: the parts ``ablate`` switches off, to measure what each is worth
-#: (``docs/cost-aware.md``, "What each part is worth"), and what the policy
-#: does without it; the per-token stop, the pace rule and the margin have
-#: parameters of their own (``token_stop``, ``keep_pace``, ``min_draft_gain``)
-ABLATABLE_PARTS = MappingProxyType({
-    "clock_check": "no check against the clock: the cost model's predictions alone",
-    "probes": "no probes: a request at length 0 drafts again only when a plan drafts it",
-    "prompt_chunk_rule": "a step with a prompt chunk drafts wherever a decode step would",
-    "catch_up_pricing": "plans charge nothing for catch-ups, and no step prices them",
-    "shrinkage": "a request's acceptance rate from its own verifications alone (the "
-                 "engine's until it has one)",
-    "token_model": "a draft token's acceptance is the draft's own probability (the token "
-                   "model does not learn)",
-})
-
-
 class CostAwarePolicy(DraftLengthPolicy, TokenRule, CostObserver, FreeDraftPlanner,
                       ExplainsSteps):
     """Per-step joint draft lengths maximising expected tokens per second.
@@ -115,11 +98,9 @@ class CostAwarePolicy(DraftLengthPolicy, TokenRule, CostObserver, FreeDraftPlann
             tokens per second beat not drafting by at least this fraction.
         token_stop: the per-token stop (``token_stop``); off, a request
             drafts the length the step plan gave it.
-        keep_pace: a step drafts only if every request that can draft
-            expects at least the tokens per second it would get were the step
-            not drafted (``planner``, "Pace"); off, the batch's tokens per
-            second alone decide.
-        ablate: parts switched off, for measurement (``ABLATABLE_PARTS``).
+        keep_pace: a step drafts only if no request that can draft goes
+            slower for it (``planner``, "Pace"); off, the batch's rate decides.
+        ablate: parts switched off for measurement (``ablation``).
     """
 
     def __init__(
@@ -140,28 +121,18 @@ class CostAwarePolicy(DraftLengthPolicy, TokenRule, CostObserver, FreeDraftPlann
         ablate: Collection[str] = (),
     ):
         super().__init__(max_num_draft_tokens)
-        unknown = sorted(set(ablate) - set(ABLATABLE_PARTS))
-        if unknown:
-            raise ValueError(f"ablate: unknown part(s) {', '.join(unknown)}; allowed: "
-                             f"{', '.join(ABLATABLE_PARTS)}")
-        self.ablated = frozenset(ablate)
-        if "shrinkage" in self.ablated:
-            prior_weight = 0.0
-        if probe_interval < 1 or max_probe_interval < probe_interval:
-            raise ValueError("need 1 <= probe_interval <= max_probe_interval")
-        if not 0.0 < probe_budget <= 1.0:
-            raise ValueError(f"probe_budget must be in (0, 1], got {probe_budget}")
+        self.ablated = ablated_parts(ablate)
         if not 0.0 <= min_draft_gain < 1.0:
             raise ValueError(f"min_draft_gain must be in [0, 1), got {min_draft_gain}")
         self.min_draft_gain = min_draft_gain
         self.keep_pace = keep_pace
-        self.rules = PlanRules(max_num_draft_tokens, min_draft_gain, keep_pace,
-                               probes="probes" not in self.ablated,
-                               prompt_chunk_rule="prompt_chunk_rule" not in self.ablated)
+        self.rules = PlanRules(max_num_draft_tokens, min_draft_gain, keep_pace, self.ablated)
         self.warmup_num_draft_tokens = min(warmup_num_draft_tokens, max_num_draft_tokens)
         self.costs = CostFits(target_cost, draft_cost)
-        self.cycle_check = (CycleCheck() if check_cycles and "clock_check" not in self.ablated
-                            else None)
+        if "catch_up_pricing" in self.ablated:
+            self.costs.without_catch_ups()
+        self.cycle_check = CycleCheck() if check_cycles else None
+        prior_weight = 0.0 if "shrinkage" in self.ablated else prior_weight
         self.acceptance = AcceptanceRates(memory, prior_weight)
         #: the acceptance of free drafts (an n-gram's), per request and
         #: engine-wide, apart from the draft model's (``free_drafts``)
@@ -279,7 +250,6 @@ class CostAwarePolicy(DraftLengthPolicy, TokenRule, CostObserver, FreeDraftPlann
         num_reqs = len(states)
         if not self.costs.ready:
             return [0] * num_reqs
-        batch = self._priced(batch)
         costs = self.costs.at(batch.num_scheduled_tokens, num_reqs)
         rates = self._rates(states)
         scale = self._drafting_scale(num_reqs)
@@ -303,7 +273,6 @@ class CostAwarePolicy(DraftLengthPolicy, TokenRule, CostObserver, FreeDraftPlann
         num_reqs = len(states)
         no_probes = [False] * num_reqs
         probe_records = [s.probes for s in states]
-        batch = self._priced(batch)
         # 1. the cycles now verified and timed, as the clock measured them
         measured = self._settle_cycles()
         self._planned_at, self._settled = self._step, None
@@ -315,8 +284,7 @@ class CostAwarePolicy(DraftLengthPolicy, TokenRule, CostObserver, FreeDraftPlann
             self.drafting.count(plan)
             return self._decided("warmup", plan, plan, no_probes, batch, measured)
         # 3. pricing a catch-up
-        if (batch.has_prefill and self.costs.catch_up_line(num_reqs) is None
-                and "catch_up_pricing" not in self.ablated):
+        if batch.has_prefill and self.costs.catch_up_line(num_reqs) is None:
             plan = price_plan(batch.catch_up_tokens, num_reqs)
             self.prompt_chunks.step_planned(batch.has_prefill, plan)
             self.token_stop.begin_draft(states, self._step)
@@ -362,13 +330,6 @@ class CostAwarePolicy(DraftLengthPolicy, TokenRule, CostObserver, FreeDraftPlann
         self._planned = PlannedStep(kind, planned, probes, batch, predicted_tokens,
                                     predicted_seconds, measured)
         return lengths
-
-    def _priced(self, batch: BatchView) -> BatchView:
-        """The step as its plan prices it: without catch-ups where their
-        pricing is switched off (``ablate``)."""
-        if "catch_up_pricing" in self.ablated and batch.catch_up_tokens:
-            return replace(batch, catch_up_tokens=())
-        return batch
 
     def _settle_cycles(self) -> MeasuredCycle | None:
         """Close the cycles verified and timed whole since the last plan

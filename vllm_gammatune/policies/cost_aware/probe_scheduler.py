@@ -74,6 +74,10 @@ class ProbeScheduler:
     """
 
     def __init__(self, probe_interval: int, max_probe_interval: int, budget: float):
+        if probe_interval < 1 or max_probe_interval < probe_interval:
+            raise ValueError("need 1 <= probe_interval <= max_probe_interval")
+        if not 0.0 < budget <= 1.0:
+            raise ValueError(f"probe_budget must be in (0, 1], got {budget}")
         self.probe_interval = probe_interval
         self.max_probe_interval = max_probe_interval
         self.budget = budget

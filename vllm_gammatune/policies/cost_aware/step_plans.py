@@ -34,11 +34,10 @@ class PlanRules:
     max_num_draft_tokens: int
     min_draft_gain: float
     keep_pace: bool
-    #: requests at length 0 probe (off: ``ablate``)
-    probes: bool = True
-    #: a step with a prompt chunk weighs the chunk's draft prefill (off: it
-    #: drafts wherever a decode step would; ``ablate``)
-    prompt_chunk_rule: bool = True
+    #: parts switched off (``ablation``): "probes" (no request at length 0
+    #: probes), "prompt_chunk_rule" (a step with a prompt chunk drafts
+    #: wherever a decode step would)
+    ablated: frozenset[str] = frozenset()
 
     def best(self, costs: StepCosts, rates: Sequence[float], batch: BatchView,
              drafting_scale: float, drafting_share: float = 1.0,
@@ -69,13 +68,14 @@ class PlanRules:
                     shares: CatchUpShares) -> list[int]:
         """A step with a prompt chunk: a decode step's plan, or none."""
         num_reqs = len(rates)
-        if self.prompt_chunk_rule and chunks.waits(num_reqs):
+        chunk_rule = "prompt_chunk_rule" not in self.ablated
+        if chunk_rule and chunks.waits(num_reqs):
             return [0] * num_reqs  # most requests do not draft later: wait
         # lengths as in a decode step: the first pass over one token each
         decode_costs = fits.at(num_reqs, num_reqs)
         plan = self.best(decode_costs, rates, batch, drafting_scale,
                          shares.free_drafting.at(num_reqs))
-        if max(plan, default=0) == 0 or not self.prompt_chunk_rule:
+        if max(plan, default=0) == 0 or not chunk_rule:
             return plan
         # no price where catch-up pricing is switched off (``ablate``)
         catch_up_line = fits.catch_up_line(num_reqs) or (0.0, 0.0)
@@ -94,7 +94,7 @@ class PlanRules:
         not even such a draft would repay (``probe_ceiling``)."""
         num_reqs = len(plan)
         deferred = batch.has_prefill and max(plan, default=0) == 0
-        if not self.probes or deferred or not probes.any_due(records, plan) or (
+        if "probes" in self.ablated or deferred or not probes.any_due(records, plan) or (
                 max(plan) == 0
                 and max(self.best(costs, [MAX_RATE] * num_reqs, batch, 1.0,
                                   shares.free_drafting.at(num_reqs))) == 0):
