@@ -77,8 +77,8 @@ class PlanRules:
                          shares.free_drafting.at(num_reqs))
         if max(plan, default=0) == 0 or not chunk_rule:
             return plan
-        # no price where catch-up pricing is switched off (``ablate``)
-        catch_up_line = fits.catch_up_line(num_reqs) or (0.0, 0.0)
+        catch_up_line = fits.catch_up_line(num_reqs)
+        assert catch_up_line is not None, "plan_batch prices catch-ups first"
         gain = draft_gain(decode_costs, rates, plan, batch.catch_up_tokens, drafting_scale)
         chunk_seconds = catch_up_line[1] * max(0, batch.num_scheduled_tokens - num_reqs)
         return plan if chunks.drafts(gain, chunk_seconds, num_reqs) else [0] * num_reqs
