@@ -80,10 +80,11 @@ def test_sampled_distribution_matches_target(tiny, target_samples, method, extra
 ])
 def test_padded_drafts_of_the_cuda_path_keep_the_targets_distribution(
         tiny, target_samples, method, extra, monkeypatch):
-    """The CUDA hot path pads each draft to K and keeps each request's
-    planned verification (``drafter/uniform_shape.py``): the token kept past
-    a plan comes from rejecting a padded token proposed with certainty, not
-    from vLLM's bonus sampler, and must be distributed as the target's."""
+    """The CUDA hot path pads each draft to K and keeps the verification of
+    every drafted token (``drafter/uniform_shape.py``): the token kept past a
+    draft shorter than K comes from rejecting a padded token proposed with
+    certainty, not from vLLM's bonus sampler, and must be distributed as the
+    target's."""
     monkeypatch.setenv("VLLM_GAMMATUNE_CUDA_HOT_PATH", "1")
     spec = {"method": method, "model": tiny["draft"], "num_speculative_tokens": 4,
             **extra}

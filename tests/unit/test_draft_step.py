@@ -97,3 +97,31 @@ def test_the_plan_sets_the_policys_stop_and_what_its_verification_keeps(
         None if thresholds is None else pytest.approx(thresholds))
     assert (step.keep_entropies, step.keep_distributions) == (entropies, distributions)
     assert step.token_rule is None and not step.needs_token_probs
+
+
+def test_the_padded_verification_keeps_every_pass_but_where_the_draft_kv_has_a_hole():
+    """The CUDA hot path (``uniform_shape``): every request keeps every token
+    the loop produced, its plan shorter or 0 alike, but a request at 0 whose
+    draft KV has a hole (``keeps_every_pass`` False for it)."""
+    step = DraftStep([1, 3, 0, 0], CPU, early_exit=False,
+                     keeps_every_pass=[True, True, True, False])
+    assert _play(step, [([1, 2, 3, 4], None)] * 3) == [False] * 3
+    assert step.drafts() == [[1, 1, 1], [2, 2, 2], [3, 3, 3], []]
+    assert step.stopped_early_host == [False] * 4
+
+
+def test_a_step_that_keeps_every_pass_has_no_stop():
+    """A confidence stop (GammaTune+, AssistantThreshold) and the cost-aware
+    per-token rule decide nothing where every pass is kept: the plan leaves
+    them out."""
+    from vllm_gammatune.policies import CostAwarePolicy
+
+    for policy in (AssistantThresholdPolicy(8, 4, 0.6), CostAwarePolicy(8)):
+        states = [policy.new_state(), policy.new_state()]
+        step = plan_draft_step(policy, states, [3, 1], CPU, keep_token_probs=False,
+                               early_exit=False, keeps_every_pass=[True, True])
+        assert step.stop_thresholds is None and step.token_rule is None
+        assert not step.needs_token_probs and not step.needs_distribution
+        with pytest.raises(AssertionError, match="no stop"):
+            DraftStep([3, 1], CPU, torch.tensor([0.5, 0.5]), early_exit=False,
+                      keeps_every_pass=[True, True])

@@ -11,8 +11,8 @@ methods call it through this contract only, and leave vLLM's own drafters
   (``sampling.sample_step``; host data);
 - ``adasd_verifier``: AdaSD's verification at the rejection sampler, or None
   (``sampling.rejection_sample_step``);
-- ``planned_draft_lengths``: where the drafter padded its drafts to the
-  step's K (the CUDA hot path, ``uniform_shape``), the lengths whose
+- ``verified_draft_lengths``: where the drafter padded its drafts to the
+  step's K (the CUDA hot path, ``uniform_shape``), the draft tokens whose
   verification the rejection sampler keeps (``sampling.sample_step``);
 - ``skipped_this_step``: the step ran no drafter at all, so the engine core
   need not fetch draft tokens (``draft_handoff``);
@@ -55,11 +55,12 @@ class PluginDrafter(ABC):
     def attach_runner(self, runner: Any) -> None:
         """The runner this drafter serves, once the runner is built."""
 
-    def planned_draft_lengths(self, req_ids: list[str],
-                              num_draft_tokens: list[int]) -> list[int] | None:
-        """[num_reqs] the draft tokens each request's plan drafted among the
-        ``num_draft_tokens`` being verified (the rest pad the step to the
-        shape vLLM's CUDA graphs replay); None where nothing is padded."""
+    def verified_draft_lengths(self, req_ids: list[str],
+                               num_draft_tokens: list[int]) -> list[int] | None:
+        """[num_reqs] the draft tokens the draft loop produced for each
+        request among the ``num_draft_tokens`` being verified (the rest pad
+        the step to the shape vLLM's CUDA graphs replay); None where nothing
+        is padded."""
         return None
 
     def note_sampling(self, num_draft_tokens: list[int]) -> None:

@@ -19,10 +19,11 @@ After the loop the host learns everything it needs of the step in one read
 asked, the tokens' probabilities, the last verification's counts and what
 AdaSD's device verification leaves for its policy to learn from.
 Without early exit (the CUDA hot path, ``docs/cuda.md``) nothing else is
-read: the loop runs every planned pass, threshold stops are kept on the
-device, and a policy that decides per token decides from the read-back
-probabilities, after the passes, exactly as it would have after each
-(``replay_token_rule``).
+read: the loop runs every planned pass. Where the drafts are then padded to
+the step's K (``uniform_shape``), every request keeps every pass the loop
+ran (``keeps_every_pass``): the padded step verifies those tokens whatever
+a stop would say, so no stop applies there. AdaSD's entropy stops, on its
+own verification's path, stay on the device.
 """
 
 from __future__ import annotations
@@ -97,8 +98,14 @@ class DraftStep:
             its draft ends at (a ``TokenRule``).
         keep_token_probs: keep each pass's token probabilities (traces).
         early_exit: end the loop once every request has stopped; off (the
-            CUDA hot path), run every planned pass and apply ``token_rule``
-            after the loop (``replay_token_rule``).
+            CUDA hot path), run every planned pass.
+        keeps_every_pass: [num_reqs] or None; without early exit and without
+            stops, the requests whose draft is every token the loop produced
+            (the padded verification, ``uniform_shape``): planned shorter
+            than the longest plan, such a request keeps the tokens the passes
+            produced past its plan. The others keep their plan (a request
+            planned 0 whose draft KV has a hole drafts from a context the
+            draft model has not seen).
     """
 
     def __init__(
@@ -112,7 +119,12 @@ class DraftStep:
         token_rule=None,
         keep_token_probs: bool = False,
         early_exit: bool = True,
+        keeps_every_pass: Sequence[bool] | None = None,
     ):
+        assert keeps_every_pass is None or (not early_exit and stop_thresholds is None
+                                            and token_rule is None), \
+            "a step that keeps every pass has no stop"
+        self.keeps_every_pass = keeps_every_pass
         #: draft passes to run at most (the longest plan)
         self.num_passes = max(planned)
         #: the loop ends once every request has stopped (asking the host
@@ -173,7 +185,7 @@ class DraftStep:
     ) -> bool:
         """Add one draft position; return True when every request has stopped."""
         self.token_ids.append(token_ids)
-        if token_probs is not None and self._reads_token_probs:
+        if token_probs is not None and self.keep_token_probs:
             self.token_probs.append(token_probs)
         if probs is not None:
             self.probs.append(probs)
@@ -194,7 +206,7 @@ class DraftStep:
                 )
                 self.stopped_early |= early
                 self.stopped |= early
-        if self.early_exit and self.token_rule is not None and token_probs is not None:
+        if self.token_rule is not None and token_probs is not None:
             self._apply_token_rule(position, token_probs)
         self.stopped |= reached_plan
         if not self.early_exit or position >= self.num_passes or (
@@ -214,11 +226,6 @@ class DraftStep:
             self.distributions.append(distribution)
         return entropy
 
-    @property
-    def _reads_token_probs(self) -> bool:
-        """The token probabilities are read back: for traces, or for a
-        per-token decision made after the loop."""
-        return self.keep_token_probs or (self.token_rule is not None and not self.early_exit)
 
     def _apply_token_rule(self, position: int, token_probs: torch.Tensor) -> None:
         """The policy's decision after this pass: which drafts end, where."""
@@ -263,7 +270,9 @@ class DraftStep:
             self.stopped_early_host = [row[num_passes + 1] != 0.0 for row in rows]
             column = num_passes + 2
         else:
-            self._host_lengths = list(self.planned_lengths)
+            keeps = self.keeps_every_pass or [False] * num_reqs
+            self._host_lengths = [num_passes if keep else k
+                                  for keep, k in zip(keeps, self.planned_lengths)]
             self.stopped_early_host = [False] * num_reqs
             column = num_passes
         if self.token_probs:
@@ -271,25 +280,6 @@ class DraftStep:
             column += num_passes
         counts = None if valid_counts is None else [int(row[column]) for row in rows]
         return StepRead(counts, extra_rows)
-
-    def replay_token_rule(self) -> None:
-        """Without early exit: the policy's per-token decisions, made from
-        the read-back token probabilities pass by pass as ``record`` makes
-        them during the loop, so the lengths are those of the early-exit
-        path; only the passes run differ."""
-        if self.token_rule is None or self.early_exit:
-            return
-        planned = self.planned_lengths
-        lengths = list(self._host_lengths)
-        stopped = [False] * len(planned)
-        for index in range(len(self.token_ids)):
-            position = index + 1
-            probs = [row[index] for row in self._token_prob_rows]
-            ended = judge_pass(self.token_rule, position, probs, planned, stopped, lengths)
-            for i in (i for i, e in enumerate(ended) if e):
-                self.stopped_early_host[i] |= lengths[i] < planned[i]
-            stopped = [s or e or k <= position for s, e, k in zip(stopped, ended, planned)]
-        self._host_lengths = lengths
 
     def _ensure_read(self) -> None:
         if not self._read:
@@ -299,12 +289,6 @@ class DraftStep:
         """Each request's draft, cut to its length (input batch order)."""
         self._ensure_read()
         return [row[:n] for row, n in zip(self._token_rows, self._host_lengths)]
-
-    def loop_tokens(self) -> list[list[int]]:
-        """Per request, every token the draft loop produced (its draft
-        continued past its length where the loop ran on)."""
-        self._ensure_read()
-        return self._token_rows
 
     def draft_probs(self) -> torch.Tensor | None:
         """[num_reqs, draft passes run, vocab] vLLM's draft probabilities
@@ -355,27 +339,28 @@ def judge_pass(token_rule, position: int, token_probs: Sequence[float],
 
 def plan_draft_step(policy: DraftLengthPolicy, states: list, planned: list[int],
                     device: torch.device, keep_token_probs: bool,
-                    early_exit: bool = True) -> DraftStep:
+                    early_exit: bool = True,
+                    keeps_every_pass: Sequence[bool] | None = None) -> DraftStep:
     """The step's ``DraftStep`` for a plan: the policy's per-token stop (a
     ``ThresholdStop``'s threshold per request, or a ``TokenRule``'s decision
     after each pass) and what a ``RelaxedVerifier``'s verification will
-    read. With early exit, the per-pass decisions end the loop, so every
-    tensor-parallel rank takes rank 0's; without, every rank runs the
-    planned passes and the decisions only cut what rank 0 hands to the
-    scheduler."""
+    read. The per-pass decisions end the loop, so every tensor-parallel rank
+    takes rank 0's. Without early exit a step either keeps every pass
+    (``keeps_every_pass``: no stop) or stops on the device (AdaSD)."""
     measure = policy.stop_measure if isinstance(policy, ThresholdStop) else None
     thresholds = None
-    if measure is not None:  # per request (AdaSD: T_G, Algorithm 1 line 6)
+    if measure is not None and keeps_every_pass is None:  # per request (AdaSD: T_G,
+        # Algorithm 1 line 6)
         thresholds = async_tensor_h2d([policy.stop_threshold(s) for s in states],
                                       dtype=torch.float32, device=device)
     token_rule = None
-    if isinstance(policy, TokenRule):
+    if isinstance(policy, TokenRule) and early_exit:
         def token_rule(position, token_probs, active):
-            decisions = policy.draft_on(states, position, token_probs, active)
-            return same_decisions_on_every_rank(decisions) if early_exit else decisions
+            return same_decisions_on_every_rank(
+                policy.draft_on(states, position, token_probs, active))
     verified_per_token = isinstance(policy, RelaxedVerifier)
     return DraftStep(planned, device, thresholds, stop_on=measure or STOP_ON_CONFIDENCE,
                      keep_entropies=verified_per_token,
                      keep_distributions=verified_per_token and policy.relaxes_verification,
                      token_rule=token_rule, keep_token_probs=keep_token_probs,
-                     early_exit=early_exit)
+                     early_exit=early_exit, keeps_every_pass=keeps_every_pass)

@@ -10,9 +10,9 @@ drafter reads once per step, after every planned pass has been launched
 - verifications are read with the drafts, so the policy learns of a
   verification before the plan after next (``Verification.step`` says which
   draft it verified);
-- the loop runs every planned pass; threshold stops are computed on the
-  device and a per-token rule is applied after the loop
-  (``DraftStep.replay_token_rule``);
+- the loop runs every planned pass, and the padded verification keeps
+  every token they produce: no per-token stop applies (``uniform_shape``);
+  AdaSD's entropy stops are computed on the device;
 - host data goes to the device through pinned memory, without waiting.
 
 ``VLLM_GAMMATUNE_CUDA_HOT_PATH`` (``envs.cuda_hot_path``): unset, the hot path

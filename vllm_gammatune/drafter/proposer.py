@@ -13,8 +13,8 @@ scheduler and the rejection sampler are vLLM's own. One step:
    where no request drafts;
 4. draft: vLLM's own draft loop, as far as the longest plan, each request
    stopping where its per-token stop ends it;
-5. cut: one list per request, of its own length (on the hot path padded to
-   K, ``uniform_shape``); 6. record: the step's metrics (``step_metrics``).
+5. cut: one list per request (on the hot path every pass's token, padded
+   to K, ``uniform_shape``); 6. record: the step's metrics (``step_metrics``).
 
 On the CUDA hot path (``hot_path``) nothing is read before the draft passes
 are launched: the loop runs every planned pass, and one read
@@ -123,10 +123,9 @@ class AdaptiveDraftModelProposer(DraftModelProposer, PluginDrafter):
     def counters(self) -> StepCounters | None:
         return None if self._metrics is None else self._metrics.counters
 
-    def planned_draft_lengths(self, req_ids: list[str],
-                              num_draft_tokens: list[int]) -> list[int] | None:
-        return None if self._uniform is None else self._uniform.planned_lengths(
-            req_ids, num_draft_tokens)
+    def verified_draft_lengths(self, req_ids: list[str],
+                               num_draft_tokens: list[int]) -> list[int] | None:
+        return self._uniform and self._uniform.verified_lengths(req_ids, num_draft_tokens)
 
     def forget_finished(self, live_req_ids: Collection[str]) -> None:
         """Drop the records of requests that are not live, and report how
@@ -210,7 +209,7 @@ class AdaptiveDraftModelProposer(DraftModelProposer, PluginDrafter):
             return drafts
         # the shape vLLM's CUDA graphs replay (``uniform_shape``)
         drafts, self._last_draft_probs = self._uniform.pad(
-            req_ids, drafts, step.loop_tokens(), num_speculative_tokens, self._last_draft_probs)
+            req_ids, drafts, num_speculative_tokens, self._last_draft_probs)
         return drafts
 
     # -- 1. observe ---------------------------------------------------------------
@@ -219,9 +218,9 @@ class AdaptiveDraftModelProposer(DraftModelProposer, PluginDrafter):
     ):
         # valid_sampled_tokens_count: [num_reqs] accepted drafts + 1 (0 if discarded)
         num_draft_tokens = list(spec_decode_metadata.num_draft_tokens)
-        planned = (None if self._uniform is None else self._uniform.planned_lengths(
-            self._runner.input_batch.req_ids, num_draft_tokens))
-        self._inbox.hand_over(planned or num_draft_tokens, valid_sampled_tokens_count)
+        verified = self.verified_draft_lengths(self._runner.input_batch.req_ids,
+                                               num_draft_tokens)
+        self._inbox.hand_over(verified or num_draft_tokens, valid_sampled_tokens_count)
         return super().prepare_inputs_padded(
             common_attn_metadata, spec_decode_metadata, valid_sampled_tokens_count
         )
@@ -260,8 +259,10 @@ class AdaptiveDraftModelProposer(DraftModelProposer, PluginDrafter):
             decision = policy.last_decision
             if decision is not None:
                 trace.record_step(decision)
+        keeps = None if self._uniform is None else [  # but at 0 with a KV hole
+            k > 0 or self.draft_kv_holes.hole_start(r) is None for r, k in zip(req_ids, planned)]
         return plan_draft_step(policy, states, planned, self.device, keep_token_probs=tracing,
-                               early_exit=not self.hot_path)
+                               early_exit=not self.hot_path, keeps_every_pass=keeps)
 
     # -- 3. skip the draft model ------------------------------------------------------
     def _skip_draft_model(self, req_ids: list[str], step: DraftStep, k: int, unread=None,
@@ -291,7 +292,7 @@ class AdaptiveDraftModelProposer(DraftModelProposer, PluginDrafter):
         if (self.skipped_this_step and self._uniform is not None
                 and self.policy.pads_skipped_step(len(req_ids), k)):
             self.skipped_this_step = False
-            drafts, _ = self._uniform.pad(req_ids, drafts, drafts, k, None)
+            drafts, _ = self._uniform.pad(req_ids, drafts, k, None)
         return drafts
 
     # -- 4. draft: vLLM's draft loop ------------------------------------------------
@@ -369,7 +370,6 @@ class AdaptiveDraftModelProposer(DraftModelProposer, PluginDrafter):
         read = step.read_back(None if unread is None else unread.valid_counts, extra=extra)
         if unread is not None:
             self._inbox.read(req_ids, unread, read.valid_counts, read.extra)
-        step.replay_token_rule()
         drafts = step.drafts()
         draft_probs = step.draft_probs()
         if free is not None and any(free[1]):

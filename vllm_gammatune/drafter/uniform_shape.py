@@ -5,13 +5,16 @@ when every request's query is exactly ``1 + num_speculative_tokens``
 (``CudagraphDispatcher.uniform_decode_query_len``); any other decode step
 runs PIECEWISE, its attention launched layer by layer from the host. A
 per-request draft length makes every query a different length. So on the
-CUDA hot path each request's draft is padded to the step's K (``pad``):
-with the draft's own tokens where its loop ran, then with its last token,
-each padded position proposed with certainty (a one-hot row where vLLM's
-rejection sampler reads draft probabilities). After vLLM's rejection
-sampling, each request's output is cut after its own length
-(``keep_planned``): the accepted prefix of its planned draft, then the
-token verification emitted at the first position past it.
+CUDA hot path each request's draft is padded to the step's K (``pad``): its
+draft is every token the step's draft loop produced for it (as many as the
+longest plan: the padded step verifies them all, so a request planned
+shorter keeps what the passes produced past its plan, and no per-token stop
+applies), then its last token repeated, each padded position proposed with
+certainty (a one-hot row where vLLM's rejection sampler reads draft
+probabilities). After vLLM's rejection sampling, each request's output is
+cut after its drafted tokens (``keep_verified``): no filler is kept, so the
+draft's KV cache holds every accepted position and the policy observes
+drafts the draft model made.
 
 Lossless: the target's logits at a position depend on the tokens before it
 alone, which padding leaves as they were. Greedy, the token kept after a
@@ -23,7 +26,7 @@ the target's, as the bonus token is.
 
 vLLM fixes ``uniform_decode_query_len`` at ``1 + num_speculative_tokens``
 when the engine starts, so a step where no request drafts replays a FULL
-graph only padded the same way, with K fillers per request and a planned
+graph only padded the same way, with K fillers per request and a drafted
 length of 0 (the policy's choice, where that verification costs next to
 nothing: ``CostObserver.pads_skipped_step``, ``docs/cuda.md``, "A step where
 no request drafts"). AdaSD verifies its own drafts token by token and keeps
@@ -41,27 +44,27 @@ from vllm_gammatune.verify.device_verification import PLACEHOLDER_TOKEN_ID
 
 
 class UniformShape:
-    """The planned draft lengths of the step being verified, by ``req_id``."""
+    """The drafted lengths of the step being verified, by ``req_id``."""
 
     def __init__(self):
-        #: req_id -> draft tokens its plan drafted, for the verification of
-        #: the padded drafts this drafter handed over last
+        #: req_id -> draft tokens the loop produced for it, for the
+        #: verification of the padded drafts this drafter handed over last
         self._lengths: dict[str, int] = {}
 
     def pad(self, req_ids: Sequence[str], drafts: list[list[int]],
-            token_rows: list[list[int]], num_speculative_tokens: int,
+            num_speculative_tokens: int,
             draft_probs: torch.Tensor | None) -> tuple[list[list[int]], torch.Tensor | None]:
-        """Each draft padded to ``num_speculative_tokens`` (``token_rows``:
-        [num_reqs] every token the draft loop produced for the request), and
-        vLLM's draft probabilities ([num_reqs, draft passes run, vocab]) widened
-        to match with a one-hot row per padded token past the loop's passes."""
-        self._lengths = {r: len(d) for r, d in zip(req_ids, drafts)}
+        """Each draft ([num_reqs] every token the draft loop produced for the
+        request) padded to ``num_speculative_tokens``, and vLLM's draft
+        probabilities ([num_reqs, draft passes run, vocab]) widened to match
+        with a one-hot row per padded token past the loop's passes."""
         k = num_speculative_tokens
+        self._lengths = {r: min(len(d), k) for r, d in zip(req_ids, drafts)}
         padded = []
-        for draft, row in zip(drafts, token_rows):
-            row = (row or draft)[:k]
-            filler = row[-1] if row else 0
-            padded.append(row + [filler] * (k - len(row)))
+        for draft in drafts:
+            draft = draft[:k]
+            filler = draft[-1] if draft else 0
+            padded.append(draft + [filler] * (k - len(draft)))
         if draft_probs is None:
             return padded, None
         num_reqs, passes, vocab = draft_probs.shape
@@ -79,20 +82,20 @@ class UniformShape:
         """The drafts handed over were not padded (a skipped step)."""
         self._lengths = {}
 
-    def planned_lengths(self, req_ids: Sequence[str],
-                        num_draft_tokens: Sequence[int]) -> list[int] | None:
+    def verified_lengths(self, req_ids: Sequence[str],
+                         num_draft_tokens: Sequence[int]) -> list[int] | None:
         """[num_reqs] of the step being verified (input batch order): the
-        draft tokens each request's plan drafted, at most those vLLM
+        draft tokens the loop produced for each request, at most those vLLM
         scheduled (``num_draft_tokens``); None where nothing was padded."""
         if not self._lengths:
             return None
         return [min(self._lengths.get(r, n), n) for r, n in zip(req_ids, num_draft_tokens)]
 
 
-def keep_planned(output: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+def keep_verified(output: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     """vLLM's rejection-sampling ``output`` ([num_reqs, max_spec_len + 1],
     emitted tokens then ``PLACEHOLDER_TOKEN_ID``) cut after each request's
-    planned length (``lengths``: [num_reqs], on the device): at most that
+    drafted tokens (``lengths``: [num_reqs], on the device): at most that
     many accepted drafts, then the token emitted at the next position."""
     positions = torch.arange(output.shape[1], device=output.device)
     return output.masked_fill(positions.unsqueeze(0) > lengths.unsqueeze(1),

@@ -1,6 +1,6 @@
 """vLLM's sampling step for the plugin's drafters, and the hand-off to the
 rejection sampler of what it needs of the step: the req_ids, for AdaSD's
-verification, or each request's planned draft length, for drafts padded to
+verification, or each request's drafted length, for drafts padded to
 the shape vLLM's CUDA graphs replay (``drafter.uniform_shape``).
 
 Two patches meet here (``patches.gpu_model_runner`` installs ``sample_step``
@@ -31,7 +31,7 @@ import torch
 
 from vllm.utils.torch_utils import async_tensor_h2d
 from vllm_gammatune.drafter.contract import plugin_drafter
-from vllm_gammatune.drafter.uniform_shape import keep_planned
+from vllm_gammatune.drafter.uniform_shape import keep_verified
 from vllm_gammatune.verify.adasd_verifier import AdaSDVerifier
 
 
@@ -39,7 +39,7 @@ from vllm_gammatune.verify.adasd_verifier import AdaSDVerifier
 class StepVerification:
     """What the rejection sampler of the step being sampled needs of the
     plugin: AdaSD's verifier and the step's req_ids (batch order), or the
-    planned draft lengths whose verification it keeps."""
+    draft lengths whose verification it keeps."""
 
     verifier: AdaSDVerifier | None
     req_ids: list[str]
@@ -47,9 +47,10 @@ class StepVerification:
     #: (vLLM stores 0 for a greedy request); None for the host verifier,
     #: which reads the temperatures itself
     greedy: list[bool] | None = None
-    #: [num_reqs] on the device: the draft tokens each request's plan
-    #: drafted, where its draft was padded to the step's K (``uniform_shape``)
-    planned_lengths: torch.Tensor | None = None
+    #: [num_reqs] on the device: the draft tokens the draft loop produced
+    #: for each request, where its draft was padded to the step's K
+    #: (``uniform_shape``)
+    verified_lengths: torch.Tensor | None = None
 
 
 #: Set by ``sample_step`` while vLLM's ``_sample`` runs a step of a drafter
@@ -77,8 +78,8 @@ def sample_step(original_sample, runner, logits, spec_decode_metadata):
       (``STEP_BEING_VERIFIED``), and, for a verification on the device,
       which requests sample greedily (host data: it reads no tensor).
     - Drafts padded to the step's K (the CUDA hot path): each request's
-      planned length, copied to the device without waiting, so that the
-      rejection sampler keeps its verification alone (``uniform_shape``).
+      drafted length, copied to the device without waiting, so that the
+      rejection sampler keeps no filler (``uniform_shape``).
     """
     drafter = plugin_drafter(runner)
     if drafter is None:
@@ -90,19 +91,19 @@ def sample_step(original_sample, runner, logits, spec_decode_metadata):
         drafter.note_sampling(list(spec_decode_metadata.num_draft_tokens))
     req_ids = list(runner.input_batch.req_ids)
     verifier = drafter.adasd_verifier
-    planned = None
+    verified = None
     if verifier is None and spec_decode_metadata is not None:
-        lengths = drafter.planned_draft_lengths(req_ids,
-                                                list(spec_decode_metadata.num_draft_tokens))
+        lengths = drafter.verified_draft_lengths(req_ids,
+                                                 list(spec_decode_metadata.num_draft_tokens))
         if lengths is not None:
             # [num_reqs]; host data, copied without waiting for the device
-            planned = async_tensor_h2d(lengths, dtype=torch.int64, device=logits.device)
-    if verifier is None and planned is None:
+            verified = async_tensor_h2d(lengths, dtype=torch.int64, device=logits.device)
+    if verifier is None and verified is None:
         return original_sample(runner, logits, spec_decode_metadata)
     greedy = None
     if verifier is not None and verifier.on_device:
         greedy = (runner.input_batch.temperature_cpu[:len(req_ids)] <= 0).tolist()
-    token = STEP_BEING_VERIFIED.set(StepVerification(verifier, req_ids, greedy, planned))
+    token = STEP_BEING_VERIFIED.set(StepVerification(verifier, req_ids, greedy, verified))
     try:
         return original_sample(runner, logits, spec_decode_metadata)
     finally:
@@ -115,7 +116,7 @@ def rejection_sample_step(original, *args, **kwargs):
     step = STEP_BEING_VERIFIED.get()
     if step is None:
         return original(*args, **kwargs)
-    if step.verifier is None:  # padded drafts: each request's planned length kept
-        return keep_planned(original(*args, **kwargs), step.planned_lengths)
+    if step.verifier is None:  # padded drafts: the fillers' verification dropped
+        return keep_verified(original(*args, **kwargs), step.verified_lengths)
     return step.verifier.rejection_sample(step.req_ids, original, *args, greedy=step.greedy,
                                           **kwargs)

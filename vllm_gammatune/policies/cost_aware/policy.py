@@ -26,7 +26,8 @@ Each step's plan (``plan_batch``) goes through, in order:
 6. the check against the clock opens this plan's cycle with its prediction
    (not where free drafts are verified: ``free_drafts``);
 7. the per-token stop: in a decode step, a request that drafts for its own
-   sake may draft up to the cap, until its next token would not pay;
+   sake may draft up to the cap, until its next token would not pay (off
+   for a drafter that keeps every pass it runs, ``adapt_to_drafter``);
 8. the record of the decision, for traces (``decision``).
 """
 
@@ -150,16 +151,15 @@ class CostAwarePolicy(DraftLengthPolicy, TokenRule, CostObserver, FreeDraftPlann
         #: observation settled every cycle (None: the last plan's)
         self._planned_at = 0
         self._settled: int | None = None
-        #: a ruled draft may run to the cap: the drafter ends the loop when
-        #: the rule stops every draft (off where it runs every planned pass)
-        self._ruled_drafts_run_to_cap = True
 
     def adapt_to_drafter(self, traits: DrafterTraits) -> None:
-        """A drafter without early exit pays for every planned pass, so a
-        ruled draft is planned at the step plan's length, and the per-token
-        stop only trims it; a drafter without a draft KV cache has no
-        catch-up to price (``CostFits.without_catch_ups``)."""
-        self._ruled_drafts_run_to_cap = not traits.runs_every_planned_pass
+        """A drafter without early exit pays for every planned pass and
+        keeps every token they produce, so the per-token stop decides
+        nothing there: off, each draft gets the plan's length; a drafter
+        without a draft KV cache has no catch-up to price
+        (``CostFits.without_catch_ups``)."""
+        if traits.runs_every_planned_pass:
+            self.token_stop.enabled = False
         if not traits.keeps_draft_kv:
             self.costs.without_catch_ups()
 
@@ -353,8 +353,7 @@ class CostAwarePolicy(DraftLengthPolicy, TokenRule, CostObserver, FreeDraftPlann
                        rates: list[float], costs: StepCosts, drafting_scale: float,
                        plan: list[int], lengths: list[int]) -> list[int]:
         """The lengths the drafter drafts: in a decode step, a request that
-        drafts for its own sake gets the cap (the plan's length where the
-        drafter runs every planned pass), and the per-token stop ends its
+        drafts for its own sake gets the cap, and the per-token stop ends its
         draft where the next token stops paying, priced at the rate the plan
         expects (``TokenPrices``)."""
         ruled = [k > 0 and not batch.has_prefill for k in plan]
@@ -364,7 +363,7 @@ class CostAwarePolicy(DraftLengthPolicy, TokenRule, CostObserver, FreeDraftPlann
             prices = TokenPrices(rate=drafting_scale * tokens / seconds,
                                  per_token=costs.per_token, per_pass=costs.later_pass)
         self.token_stop.begin_draft(states, self._step, prices, ruled, lengths, rates)
-        if prices is None or not self._ruled_drafts_run_to_cap:
+        if prices is None:
             return lengths
         return [self.max_num_draft_tokens if r else k for r, k in zip(ruled, lengths)]
 
