@@ -87,9 +87,9 @@ class TokenRule(ABC):
 class DrafterTraits:
     """How the drafter that serves a cost observer drafts."""
 
-    #: it runs every planned draft pass (no early exit), pads every drafted
-    #: step to the cap and keeps every token the passes produce, so a
-    #: per-token stop decides nothing (the CUDA hot path, ``docs/cuda.md``)
+    #: it runs every planned draft pass (no early exit) and keeps every
+    #: token they produce, so a per-token stop decides nothing (the CUDA
+    #: hot path, ``docs/cuda.md``)
     runs_every_planned_pass: bool = False
     #: it keeps a draft KV cache that a skipped step leaves behind (an
     #: n-gram lookup has none, so nothing is ever caught up)

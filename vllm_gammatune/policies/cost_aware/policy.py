@@ -154,13 +154,12 @@ class CostAwarePolicy(DraftLengthPolicy, TokenRule, CostObserver, FreeDraftPlann
 
     def adapt_to_drafter(self, traits: DrafterTraits) -> None:
         """A drafter without early exit pays for every planned pass and
-        keeps every token they produce, its steps padded to the cap
-        (``CostFits.pad_drafts_to``), so the per-token stop decides nothing
-        there: off; a drafter without a draft KV cache has no catch-up to
-        price (``CostFits.without_catch_ups``)."""
+        keeps every token they produce, so the per-token stop decides
+        nothing there: off, each draft gets the plan's length; a drafter
+        without a draft KV cache has no catch-up to price
+        (``CostFits.without_catch_ups``)."""
         if traits.runs_every_planned_pass:
             self.token_stop.enabled = False
-            self.costs.pad_drafts_to(self.max_num_draft_tokens)
         if not traits.keeps_draft_kv:
             self.costs.without_catch_ups()
 

@@ -49,24 +49,11 @@ class CostFits:
         #: before is exactly the sample the fit needs).
         self.catch_up = (BatchLocalLinearCost(locality=0.0, drop_outliers=False)
                          if draft_cost is None else draft_cost)
-        #: draft tokens per request every drafted step verifies, whatever
-        #: the plan (``pad_drafts_to``); 0: each request its own
-        self.padded_to = 0
 
     def without_catch_ups(self) -> None:
         """The drafter keeps no draft KV cache (an n-gram lookup): nothing
         is ever caught up, and a catch-up costs nothing."""
         self.catch_up = FixedLinearCost(0.0, 0.0)
-
-    def pad_drafts_to(self, num_draft_tokens: int) -> None:
-        """Every drafted step verifies ``num_draft_tokens`` per request and
-        keeps every pass (the CUDA hot path's FULL-graph shape,
-        ``drafter/uniform_shape``): a drafted step pays for those positions
-        (and the next first pass over them) whatever its plan, and a draft
-        token beyond the first costs only its pass. A plan then drafts every
-        request as far as the step's passes (``planner``: a token of no
-        cost always pays), which is what the padded step keeps."""
-        self.padded_to = num_draft_tokens
 
     @property
     def ready(self) -> bool:
@@ -107,14 +94,12 @@ class CostFits:
         d_base, d_slope = self.draft.coefficients(num_reqs)
         c_base, c_slope = (self.catch_up_line(num_reqs)
                            or self.draft.coefficients(num_reqs))
-        # one more draft token: one more verified position now, one more
-        # token in the draft's first pass of the next step
-        per_token = t_slope + d_slope
-        padding = per_token * num_reqs * self.padded_to
         return StepCosts(
             target_now=t_base + t_slope * num_reqs,
-            per_token=0.0 if self.padded_to else per_token,
-            first_pass=d_base + d_slope * (scheduled + num_reqs) + padding,
+            # one more draft token: one more verified position now, one more
+            # token in the draft's first pass of the next step
+            per_token=t_slope + d_slope,
+            first_pass=d_base + d_slope * (scheduled + num_reqs),
             later_pass=d_base + d_slope * num_reqs,
             catch_up_base=c_base, catch_up_per_token=c_slope)
 
