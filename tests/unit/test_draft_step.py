@@ -125,3 +125,22 @@ def test_a_step_that_keeps_every_pass_has_no_stop():
         with pytest.raises(AssertionError, match="no stop"):
             DraftStep([3, 1], CPU, torch.tensor([0.5, 0.5]), early_exit=False,
                       keeps_every_pass=[True, True])
+
+
+def test_a_draft_cut_to_0_is_padded_with_the_tokens_its_probabilities_proposed():
+    """The padded row of a request that keeps no draft token (at 0 with a
+    draft-KV hole) holds the tokens the loop sampled from the probabilities
+    vLLM's rejection sampler reads, not fillers those rows never proposed;
+    verification keeps none of it."""
+    from vllm_gammatune.drafter.uniform_shape import UniformShape
+
+    step = DraftStep([3, 0], CPU, early_exit=False, keeps_every_pass=[True, False])
+    _play(step, [([5, 7], None)] * 2)
+    shape = UniformShape()
+    probs = torch.full((2, 2, 9), 1 / 9)
+    padded, wider = shape.pad(["a", "b"], step.drafts(), step.loop_tokens(), 3, probs)
+    assert padded == [[5, 5, 5], [7, 7, 7]]
+    assert shape.verified_lengths(["a", "b"], [3, 3]) == [2, 0]
+    # the filler past the two passes is proposed with certainty
+    assert wider[:, 2].tolist() == [[0.0] * 5 + [1.0] + [0.0] * 3,
+                                    [0.0] * 7 + [1.0] + [0.0]]

@@ -290,6 +290,12 @@ class DraftStep:
         self._ensure_read()
         return [row[:n] for row, n in zip(self._token_rows, self._host_lengths)]
 
+    def loop_tokens(self) -> list[list[int]]:
+        """Per request, every token the draft loop produced (a draft cut to
+        0 included: its padded row proposes them)."""
+        self._ensure_read()
+        return self._token_rows
+
     def draft_probs(self) -> torch.Tensor | None:
         """[num_reqs, draft passes run, vocab] vLLM's draft probabilities
         (read by its rejection sampler), or None without them."""

@@ -209,7 +209,7 @@ class AdaptiveDraftModelProposer(DraftModelProposer, PluginDrafter):
             return drafts
         # the shape vLLM's CUDA graphs replay (``uniform_shape``)
         drafts, self._last_draft_probs = self._uniform.pad(
-            req_ids, drafts, num_speculative_tokens, self._last_draft_probs)
+            req_ids, drafts, step.loop_tokens(), num_speculative_tokens, self._last_draft_probs)
         return drafts
 
     # -- 1. observe ---------------------------------------------------------------
@@ -292,7 +292,7 @@ class AdaptiveDraftModelProposer(DraftModelProposer, PluginDrafter):
         if (self.skipped_this_step and self._uniform is not None
                 and self.policy.pads_skipped_step(len(req_ids), k)):
             self.skipped_this_step = False
-            drafts, _ = self._uniform.pad(req_ids, drafts, k, None)
+            drafts, _ = self._uniform.pad(req_ids, drafts, drafts, k, None)
         return drafts
 
     # -- 4. draft: vLLM's draft loop ------------------------------------------------

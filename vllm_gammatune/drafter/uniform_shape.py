@@ -52,19 +52,22 @@ class UniformShape:
         self._lengths: dict[str, int] = {}
 
     def pad(self, req_ids: Sequence[str], drafts: list[list[int]],
-            num_speculative_tokens: int,
+            token_rows: list[list[int]], num_speculative_tokens: int,
             draft_probs: torch.Tensor | None) -> tuple[list[list[int]], torch.Tensor | None]:
-        """Each draft ([num_reqs] every token the draft loop produced for the
-        request) padded to ``num_speculative_tokens``, and vLLM's draft
-        probabilities ([num_reqs, draft passes run, vocab]) widened to match
-        with a one-hot row per padded token past the loop's passes."""
+        """Each request's padded row of ``num_speculative_tokens``: every token
+        the draft loop produced for it (``token_rows``, [num_reqs]; its
+        ``drafts`` entry is what verification keeps, all of them or none),
+        then fillers; and vLLM's draft probabilities ([num_reqs, draft passes
+        run, vocab]) widened to match with a one-hot row per filler. A row's
+        tokens are the ones its probabilities were sampled with, kept or not,
+        so vLLM's rejection sampler sees proposals drawn from them."""
         k = num_speculative_tokens
         self._lengths = {r: min(len(d), k) for r, d in zip(req_ids, drafts)}
         padded = []
-        for draft in drafts:
-            draft = draft[:k]
-            filler = draft[-1] if draft else 0
-            padded.append(draft + [filler] * (k - len(draft)))
+        for draft, row in zip(drafts, token_rows):
+            row = (row or draft)[:k]
+            filler = row[-1] if row else 0
+            padded.append(row + [filler] * (k - len(row)))
         if draft_probs is None:
             return padded, None
         num_reqs, passes, vocab = draft_probs.shape
