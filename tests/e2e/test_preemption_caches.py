@@ -48,7 +48,7 @@ def preempted_run(tiny):
 
     def states_of(req_ids):
         records = holder["drafter"].records
-        return {r: copy.deepcopy(records.find(r).policy_state) for r in req_ids
+        return {r: copy.deepcopy(records.policy_state(r)) for r in req_ids
                 if r in records}
 
     original_preempt = Scheduler._preempt_request

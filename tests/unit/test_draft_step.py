@@ -144,3 +144,21 @@ def test_a_draft_cut_to_0_is_padded_with_the_tokens_its_probabilities_proposed()
     # the filler past the two passes is proposed with certainty
     assert wider[:, 2].tolist() == [[0.0] * 5 + [1.0] + [0.0] * 3,
                                     [0.0] * 7 + [1.0] + [0.0]]
+
+
+def test_verified_lengths_follow_each_request_whatever_the_verification_order():
+    """vLLM may reorder its input batch between the step that drafted and
+    the one that verifies (a request leaves, one arrives): each request
+    keeps its own drafted length, a request that did not draft keeps what
+    vLLM scheduled, and nothing is kept past what vLLM scheduled."""
+    from vllm_gammatune.drafter.uniform_shape import UniformShape
+
+    shape = UniformShape()
+    assert shape.verified_lengths(["a"], [3]) is None  # nothing padded yet
+    shape.pad(["a", "b", "c"], [[1, 2], [3], [4, 5, 6]], [[1, 2, 9], [3, 9, 9], [4, 5, 6]],
+              3, None)
+    assert shape.verified_lengths(["a", "b", "c"], [3, 3, 3]) == [2, 1, 3]
+    assert shape.verified_lengths(["c", "a", "b"], [3, 3, 3]) == [3, 2, 1]
+    assert shape.verified_lengths(["c", "d", "a"], [3, 0, 1]) == [3, 0, 1]
+    shape.clear()
+    assert shape.verified_lengths(["a", "b", "c"], [3, 3, 3]) is None

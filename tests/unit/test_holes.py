@@ -55,3 +55,21 @@ def test_blocks_written_while_skipped_give_inheriting_requests_a_hole():
     holes.forget_missing({"a"})
     holes.inherit("b", 16, [9], size)  # forgotten: checked again as new
     assert holes.catch_up_tokens("b", 16) == 0
+
+
+def test_a_step_seen_without_stale_blocks_marks_its_requests_checked():
+    """``inherit_step``: with no stale block no request inherits a hole, and
+    each is marked as checked, so a block that turns stale later gives none
+    a hole mid-request; with stale blocks each request is checked as
+    ``inherit`` checks it."""
+    holes, size = DraftKVHoles(), 16
+    assert holes.clear
+    holes.inherit_step(["a", "b"], [32, 0], [[7, 8], [9]], size)
+    assert holes.num_requests == 2
+    holes.on_skipped(["x"], [0])
+    holes.record_blocks("x", 0, 40, [7, 8, 9], size)
+    assert not holes.clear
+    holes.inherit_step(["a", "b", "c"], [48, 16, 32], [[7, 8], [9], [7, 8]], size)
+    # "a" and "b" were checked at their first step; "c" inherits the stale blocks
+    assert holes.catch_up_tokens("a", 48) == holes.catch_up_tokens("b", 16) == 0
+    assert holes.catch_up_tokens("c", 32) == 32

@@ -115,3 +115,11 @@ def test_policies_do_not_import_vllm():
         "sorted(m for m in sys.modules if m.startswith(('vllm', 'torch')))"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_gammatune_refuses_a_window_outside_its_clamp():
+    """The plan reads each request's gamma as is: gamma_init and gamma_min
+    must lie inside [1, gamma_max] for line 4's clamp to hold from the start."""
+    for gamma_init, gamma_min in ((9, 1), (2, 3), (4, 0)):
+        with pytest.raises(ValueError, match="gamma_min <= gamma_init"):
+            GammaTunePolicy(8, gamma_init=gamma_init, gamma_min=gamma_min, eta=0.5, delta=1)

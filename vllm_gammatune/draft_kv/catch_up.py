@@ -72,8 +72,10 @@ class DraftCatchUp:
         # [num_reqs, max_num_blocks_per_req] the requests' KV blocks (CPU)
         self._block_rows = block_table.block_table.np[:len(req_ids)]
         self._kv_block_size = block_table.block_size
-        for req_id, start, blocks in zip(req_ids, positions.starts, self._block_rows):
-            self.holes.inherit(req_id, start, blocks, self._kv_block_size)
+        self.holes.inherit_step(req_ids, positions.starts, self._block_rows,
+                                self._kv_block_size)
+        if self.holes.clear:  # the common step: one check, not one a request
+            return (0,) * len(req_ids), ()
         catch_up_tokens = tuple(self.holes.catch_up_tokens(r, s)
                                 for r, s in zip(req_ids, positions.starts))
         remaining = (remaining_tokens(runner, req_ids) if any(catch_up_tokens) else ())
@@ -115,6 +117,8 @@ class DraftCatchUp:
     def _record_written_blocks(self, written_from: list[int]) -> None:
         """Mark the KV blocks this step wrote as holding draft KV or not, for
         requests that inherit them from the prefix cache (``DraftKVHoles``)."""
+        if self.holes.clear:
+            return
         for req_id, start, end, blocks in zip(self._req_ids, written_from,
                                               self._positions.ends, self._block_rows):
             self.holes.record_blocks(req_id, start, end, blocks, self._kv_block_size)

@@ -38,7 +38,7 @@ vLLM. The records' sweep drops the per-request part with the request
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 
 
 class DraftKVHoles:
@@ -60,13 +60,19 @@ class DraftKVHoles:
         """Requests with an entry (a hole, or their inherited blocks checked)."""
         return len(self._seen | set(self._hole_start))
 
+    @property
+    def clear(self) -> bool:
+        """No request has a hole and no block is stale: a step's writes
+        change nothing (``record_blocks``), nothing is to be caught up."""
+        return not self._hole_start and not self._stale_blocks
+
     def hole_start(self, req_id: str) -> int | None:
         return self._hole_start.get(req_id)
 
     def forget_missing(self, live_req_ids) -> None:
         for req_id in [r for r in self._hole_start if r not in live_req_ids]:
             del self._hole_start[req_id]
-        self._seen = {r for r in self._seen if r in live_req_ids}
+        self._seen.intersection_update(live_req_ids)
 
     def is_stale(self, block_id: int) -> bool:
         return block_id in self._stale_blocks
@@ -88,6 +94,16 @@ class DraftKVHoles:
                 start = index * block_size
                 self._hole_start[req_id] = start if hole is None else min(hole, start)
                 return
+
+    def inherit_step(self, req_ids: Sequence[str], step_starts: Sequence[int], block_rows,
+                     block_size: int) -> None:
+        """``inherit`` for each request of a step (``block_rows``: their block
+        table rows); with no stale block, nothing to inherit: each is seen."""
+        if not self._stale_blocks:
+            self._seen.update(req_ids)
+            return
+        for req_id, start, blocks in zip(req_ids, step_starts, block_rows):
+            self.inherit(req_id, start, blocks, block_size)
 
     def record_blocks(self, req_id: str, start: int, end: int, block_ids,
                       block_size: int) -> None:
@@ -117,6 +133,8 @@ class DraftKVHoles:
         self, req_ids: Iterable[str], step_starts: Iterable[int], caught_up: set[str]
     ) -> None:
         """The draft ran over this step's tokens of every request."""
+        if not self._hole_start:
+            return
         for req_id, start in zip(req_ids, step_starts):
             hole = self._hole_start.get(req_id)
             if hole is not None and (req_id in caught_up or hole >= start):

@@ -258,13 +258,17 @@ class DraftStep:
             columns.append(torch.stack(self.token_probs, dim=1))
         if valid_counts is not None:
             columns.append(valid_counts[:num_reqs].unsqueeze(1))
-        step = torch.cat([c.to(torch.float64) for c in columns], dim=1)
+        # integers read as integers; with a probability among them, as float64
+        floats = bool(self.token_probs or extra)
+        dtype = torch.float64 if floats else torch.int64
+        step = torch.cat([c.to(dtype) for c in columns], dim=1)
         # one transfer: the step's columns, then each extra tensor, flattened
-        tensors = [step, *(t.to(torch.float64) for t in extra)]
+        tensors = [step, *(t.to(dtype) for t in extra)]
         values = read_on_host(torch.cat([t.reshape(-1) for t in tensors]))
         rows, *extra_rows = _unflattened(values, [t.shape for t in tensors])
         self._read = True
-        self._token_rows = [[int(x) for x in row[:num_passes]] for row in rows]
+        self._token_rows = ([[int(x) for x in row[:num_passes]] for row in rows] if floats
+                            else [row[:num_passes] for row in rows])
         if self._tracks_on_device:
             self._host_lengths = [int(row[num_passes]) for row in rows]
             self.stopped_early_host = [row[num_passes + 1] != 0.0 for row in rows]

@@ -157,7 +157,7 @@ class NgramFront:
         """[num_reqs] the free draft tokens each request verifies (0: the
         draft model's turn), remembered for ``teach``; the offers left
         unverified, for the next ``offers``."""
-        states = [self._records.policy_state(r) for r in req_ids]
+        states = [self._records.policy_states[r] for r in req_ids]
         lengths = self._policy.free_draft_lengths(states, [len(o) for o in offers], batch)
         self._free = {r: k for r, k in zip(req_ids, lengths) if k}
         self._unverified = {r: o for r, o, k in zip(req_ids, offers, lengths) if o and not k}

@@ -153,7 +153,7 @@ class AdaptiveNgramProposer(NgramProposer, PluginDrafter):
         batch = BatchView(num_reqs, num_scheduled_tokens=num_scheduled_tokens,
                           has_prefill=not decode_only,
                           draft_limits=tuple(len(offer) for offer in offers))
-        states = [self.records.policy_state(r) for r in req_ids]
+        states = [self.records.policy_states[r] for r in req_ids]
         planned = [min(k, num_speculative_tokens, len(offer))
                    for k, offer in zip(self.policy.plan_batch(states, batch), offers)]
         if self._plans_from_costs:

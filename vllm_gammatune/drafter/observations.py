@@ -56,8 +56,8 @@ def count_verifications(req_ids: Sequence[str], num_draft_tokens: Sequence[int],
     input batch order. A request without a draft, or whose sampled token is
     discarded, has none."""
     num_reqs = len(req_ids)
-    return [Verification(req_id, step, drafted, accepted_draft_tokens(drafted, num_valid),
-                         num_reqs=num_reqs)
+    # ``accepted_draft_tokens`` inline: once a request, every step
+    return [Verification(req_id, step, drafted, min(drafted, num_valid - 1), num_reqs)
             for req_id, drafted, num_valid in zip(req_ids, num_draft_tokens, valid_counts)
             if drafted > 0 and num_valid > 0]
 
@@ -69,10 +69,11 @@ def deliver(policy: DraftLengthPolicy, records: RequestRecords, step: int,
     """Hand the policy the observation before the plan of ``step``
     (``StepObservation``). A verification of a request that has left (no
     record) is dropped."""
+    states = records.policy_states
     observation = StepObservation(
-        step, tuple(v for v in verifications if v.req_id in records), cycles,
+        step, tuple(v for v in verifications if v.req_id in states), cycles,
         verified_through)
-    policy.observe_step(observation, records.policy_states)
+    policy.observe_step(observation, states)
 
 
 def trace_verifications(policy: DraftLengthPolicy, records: RequestRecords,

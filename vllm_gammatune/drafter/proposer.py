@@ -249,7 +249,7 @@ class AdaptiveDraftModelProposer(DraftModelProposer, PluginDrafter):
     def _plan(self, req_ids: list[str], batch: BatchView,
               num_speculative_tokens: int) -> DraftStep:
         policy = self.policy
-        states = [self.records.policy_state(r) for r in req_ids]
+        states = [self.records.policy_states[r] for r in req_ids]
         planned = [min(num_speculative_tokens, k) for k in policy.plan_batch(states, batch)]
         if isinstance(policy, CostObserver):
             planned = same_plan_on_every_rank(planned)

@@ -1,15 +1,17 @@
 """One record per request, keyed by vLLM's ``req_id``, in one table with one sweep.
 
-A ``RequestRecord`` holds what the drafter keeps of one request between
-steps: the policy's state, what was kept of its latest draft for AdaSD's
+Per request the drafter keeps, between steps, the policy's state (in
+``PolicyStates``, a dict the policy reads and writes at dict speed) and a
+``RequestRecord``: what was kept of its latest draft for AdaSD's
 verification (``verify.kept_draft.KeptDraft``), and, with a trace on, the
 draft's probability of each token of that draft until its verification is
 written.
 
 Lifetime rule:
-- a request gets a record, with the policy's initial state, the first time
-  the drafter plans for it (or a verification asks for its state);
-- the record is dropped when the request leaves the engine (finished or
+- a request gets the policy's initial state the first time the drafter
+  plans for it (or a verification asks for its state), and a record when
+  something of its draft is kept;
+- both are dropped when the request leaves the engine (finished or
   aborted): ``forget_missing`` is given the ids the worker still holds
   (``GPUModelRunner.requests``) and drops the others;
 - a preempted request stays in the worker's ``requests`` (vLLM keeps its
@@ -27,7 +29,7 @@ Pure Python; no vLLM or torch import.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator, MutableMapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -39,10 +41,9 @@ if TYPE_CHECKING:
 
 @dataclass(slots=True)
 class RequestRecord:
-    """What the drafter keeps of one request between steps."""
+    """What the drafter keeps of one request between steps besides the
+    policy's state (``RequestRecords.policy_states``)."""
 
-    #: the policy's state of this request (``DraftLengthPolicy.new_state``)
-    policy_state: Any
     #: a policy that learns per token: its latest draft, until verified
     kept_draft: KeptDraft | None = None
     #: with a trace only: the draft's probability of each token of its latest
@@ -50,8 +51,25 @@ class RequestRecord:
     traced_token_probs: list[float] | None = None
 
 
+class PolicyStates(dict):
+    """``req_id -> policy state`` (``DraftLengthPolicy.new_state``), a
+    request's made on first use. A plain dict otherwise: the policy reads
+    and writes every request's state each step, at dict speed."""
+
+    __slots__ = ("_new_state",)
+
+    def __init__(self, new_state: Callable[[], Any]):
+        super().__init__()
+        self._new_state = new_state
+
+    def __missing__(self, req_id: str) -> Any:
+        state = self[req_id] = self._new_state()
+        return state
+
+
 class RequestRecords:
-    """``req_id -> RequestRecord``; never outlives its requests.
+    """``req_id -> `` the policy's state and a ``RequestRecord``; never
+    outlives its requests.
 
     Args:
         policy: makes a new request's initial state.
@@ -66,23 +84,26 @@ class RequestRecords:
                  also_forget: Sequence[Callable[[Collection[str]], None]] = ()):
         self.policy = policy
         self._also_forget = tuple(also_forget)
+        #: req_id -> the policy's state, as ``DraftLengthPolicy.observe_step``
+        #: and ``plan_batch`` read and write them; every tracked request has one
+        self.policy_states = PolicyStates(policy.new_state)
         self._records: dict[str, RequestRecord] = {}
 
     def __len__(self) -> int:
-        return len(self._records)
+        return len(self.policy_states)
 
     def __contains__(self, req_id: str) -> bool:
-        return req_id in self._records
+        return req_id in self.policy_states
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._records)
+        return iter(self.policy_states)
 
     def record(self, req_id: str) -> RequestRecord:
         """The request's record, made (with the initial state) on first use."""
+        self.policy_states[req_id]  # noqa: B018 -- made on first use
         record = self._records.get(req_id)
         if record is None:
-            record = RequestRecord(self.policy.new_state())
-            self._records[req_id] = record
+            record = self._records[req_id] = RequestRecord()
         return record
 
     def find(self, req_id: str) -> RequestRecord | None:
@@ -91,16 +112,10 @@ class RequestRecords:
 
     # -- the policy state -------------------------------------------------------
     def policy_state(self, req_id: str) -> Any:
-        return self.record(req_id).policy_state
+        return self.policy_states[req_id]
 
     def set_policy_state(self, req_id: str, state: Any) -> None:
-        self.record(req_id).policy_state = state
-
-    @property
-    def policy_states(self) -> MutableMapping[str, Any]:
-        """req_id -> policy state, as ``DraftLengthPolicy.observe_step``
-        reads and writes them (a request's record is made on first use)."""
-        return _PolicyStates(self)
+        self.policy_states[req_id] = state
 
     # -- kept drafts (AdaSD's verification) -------------------------------------
     @property
@@ -132,33 +147,13 @@ class RequestRecords:
 
     # -- the sweep ----------------------------------------------------------------
     def forget_missing(self, live_req_ids: Collection[str]) -> int:
-        """Drop every record whose request is not live (and tell the other
-        per-request tables); return how many records went."""
-        gone = [req_id for req_id in self._records if req_id not in live_req_ids]
+        """Drop every request that is not live, its state and record (and
+        tell the other per-request tables); return how many went."""
+        states = self.policy_states
+        gone = [req_id for req_id in states if req_id not in live_req_ids]
         for req_id in gone:
-            del self._records[req_id]
+            del states[req_id]
+            self._records.pop(req_id, None)
         for forget in self._also_forget:
             forget(live_req_ids)
         return len(gone)
-
-
-class _PolicyStates(MutableMapping):
-    """The records' policy states as a mapping (``RequestRecords.policy_states``)."""
-
-    def __init__(self, records: RequestRecords):
-        self._records = records
-
-    def __getitem__(self, req_id: str) -> Any:
-        return self._records.policy_state(req_id)
-
-    def __setitem__(self, req_id: str, state: Any) -> None:
-        self._records.set_policy_state(req_id, state)
-
-    def __delitem__(self, req_id: str) -> None:
-        raise TypeError("a request's record goes with the request (forget_missing)")
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._records)
-
-    def __len__(self) -> int:
-        return len(self._records)

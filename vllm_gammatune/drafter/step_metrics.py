@@ -41,14 +41,20 @@ class StepMetrics:
         is discarded (a prompt chunk), whose drafts are not counted."""
         num_reqs = len(drafts)
         planned = step.planned_lengths
-        kept = [i for i in range(num_reqs) if not discarded[i]]
-        early = step.stopped_early_host or [False] * num_reqs
-        num_early = sum(1 for i in kept if early[i])
-        num_stopped_tokens = sum(planned[i] - len(drafts[i]) for i in kept if early[i])
+        lengths = list(map(len, drafts))
+        if discarded.any():  # a numpy mask: read once, not per request
+            kept = [i for i, gone in enumerate(discarded.tolist()) if not gone]
+            lengths, planned = [lengths[i] for i in kept], [planned[i] for i in kept]
+            early = [step.stopped_early_host[i] for i in kept] if step.stopped_early_host else []
+        else:
+            early = step.stopped_early_host
+        num_early = sum(early) if early else 0
+        num_stopped_tokens = (sum(k - n for k, n, e in zip(planned, lengths, early) if e)
+                              if num_early else 0)
         entropy_stops = step.stop_on == "entropy"
         self.counters.record_step(
-            [len(drafts[i]) for i in kept],
-            sum(planned[i] for i in kept),
+            lengths,
+            sum(planned),
             0 if entropy_stops else num_early,
             num_tracked_requests,
             num_draft_forward_passes=len(step.token_ids),

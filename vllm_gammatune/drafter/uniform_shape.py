@@ -47,9 +47,13 @@ class UniformShape:
     """The drafted lengths of the step being verified, by ``req_id``."""
 
     def __init__(self):
-        #: req_id -> draft tokens the loop produced for it, for the
-        #: verification of the padded drafts this drafter handed over last
-        self._lengths: dict[str, int] = {}
+        #: the requests of the padded drafts this drafter handed over last,
+        #: in that step's order, and the draft tokens the loop produced for
+        #: each: what their verification keeps
+        self._req_ids: list[str] = []
+        self._lengths: list[int] = []
+        #: req_id -> those lengths, where the verification's order differs
+        self._by_req_id: dict[str, int] | None = None
 
     def pad(self, req_ids: Sequence[str], drafts: list[list[int]],
             token_rows: list[list[int]], num_speculative_tokens: int,
@@ -62,7 +66,10 @@ class UniformShape:
         tokens are the ones its probabilities were sampled with, kept or not,
         so vLLM's rejection sampler sees proposals drawn from them."""
         k = num_speculative_tokens
-        self._lengths = {r: min(len(d), k) for r, d in zip(req_ids, drafts)}
+        self._req_ids, self._by_req_id = list(req_ids), None
+        # a draft is at most the loop's passes; verification keeps at most
+        # what vLLM scheduled (``verified_lengths``)
+        self._lengths = list(map(len, drafts))
         padded = []
         for draft, row in zip(drafts, token_rows):
             row = (row or draft)[:k]
@@ -83,16 +90,21 @@ class UniformShape:
 
     def clear(self) -> None:
         """The drafts handed over were not padded (a skipped step)."""
-        self._lengths = {}
+        self._req_ids, self._lengths, self._by_req_id = [], [], None
 
     def verified_lengths(self, req_ids: Sequence[str],
                          num_draft_tokens: Sequence[int]) -> list[int] | None:
         """[num_reqs] of the step being verified (input batch order): the
         draft tokens the loop produced for each request, at most those vLLM
         scheduled (``num_draft_tokens``); None where nothing was padded."""
-        if not self._lengths:
+        if not self._req_ids:
             return None
-        return [min(self._lengths.get(r, n), n) for r, n in zip(req_ids, num_draft_tokens)]
+        if self._req_ids == req_ids:  # vLLM kept the batch's order: no lookup
+            return list(map(min, self._lengths, num_draft_tokens))
+        if self._by_req_id is None:
+            self._by_req_id = dict(zip(self._req_ids, self._lengths))
+        by_req_id = self._by_req_id
+        return [min(by_req_id.get(r, n), n) for r, n in zip(req_ids, num_draft_tokens)]
 
 
 def keep_verified(output: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:

@@ -68,11 +68,16 @@ class GammaTunePolicy(DraftLengthPolicy, ConfidenceStop):
         confidence_threshold: float | None = None,
     ):
         super().__init__(max_num_draft_tokens)
+        if not 1 <= gamma_min <= gamma_init <= max_num_draft_tokens:
+            raise ValueError(f"need 1 <= gamma_min <= gamma_init <= {max_num_draft_tokens}, "
+                             f"got gamma_min={gamma_min}, gamma_init={gamma_init}")
         self.gamma_init = gamma_init
         self.gamma_min = gamma_min
         self.eta = eta
         self.delta = delta
         self.confidence_threshold = confidence_threshold
+        # line 4's clamp, as floats once
+        self._gamma_min, self._gamma_max = float(gamma_min), float(max_num_draft_tokens)
 
     def new_state(self) -> GammaTuneState:
         return GammaTuneState(gamma_bar=float(self.gamma_init), gamma=self.gamma_init)
@@ -80,15 +85,14 @@ class GammaTunePolicy(DraftLengthPolicy, ConfidenceStop):
     def next_num_draft_tokens(self, state: GammaTuneState, batch: BatchView) -> int:
         return self._clamp(state.gamma)
 
+    def plan_batch(self, states: list[GammaTuneState], batch: BatchView) -> list[int]:
+        # gamma is within [gamma_min, gamma_max] by construction (line 4's clamp)
+        return [state.gamma for state in states]
+
     def observe(self, state: GammaTuneState, verification: Verification) -> GammaTuneState:
-        num_draft_tokens = verification.num_draft_tokens
-        num_accepted_tokens = verification.num_accepted_tokens
-        observed = num_accepted_tokens
-        if num_accepted_tokens == num_draft_tokens:  # lines 1-3, eq. 7
-            observed = num_accepted_tokens + self.delta
+        observed = verification.num_accepted_tokens
+        if observed == verification.num_draft_tokens:  # lines 1-3, eq. 7
+            observed += self.delta
         smoothed = (1.0 - self.eta) * state.gamma_bar + self.eta * observed
-        gamma_bar = min(
-            float(self.max_num_draft_tokens), max(float(self.gamma_min), smoothed)
-        )  # line 4, eq. 8
-        gamma = math.ceil(gamma_bar - _CEIL_TOLERANCE)  # line 5
-        return GammaTuneState(gamma_bar=gamma_bar, gamma=gamma)
+        gamma_bar = min(self._gamma_max, max(self._gamma_min, smoothed))  # line 4, eq. 8
+        return GammaTuneState(gamma_bar, math.ceil(gamma_bar - _CEIL_TOLERANCE))  # line 5

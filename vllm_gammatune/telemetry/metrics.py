@@ -35,7 +35,6 @@ scale describes one engine's state; it holds the last writer's value.
 from __future__ import annotations
 
 import atexit
-import collections
 import contextlib
 import fcntl
 import mmap
@@ -207,6 +206,8 @@ class StepCounters:
         #: this writer's own totals of the fields that sum over writers
         self._own_totals: dict[str, int] = {}
         self._thread_lock = threading.Lock()
+        #: every field, then the histogram: the whole file
+        self._block = struct.Struct(f"<{size // _INT64.size}q")
 
     @classmethod
     def create(cls, max_num_draft_tokens: int) -> StepCounters:
@@ -246,17 +247,12 @@ class StepCounters:
     def _set(self, field: str, value: int) -> None:
         _INT64.pack_into(self._map, _SLOT[field] * _INT64.size, value)
 
-    def _set_scaled(self, field: str, value: float) -> None:
-        """Set ``field`` to ``value`` in the field's scale (``Metric.scale``)."""
-        self._set(field, round(value * _SCALE[field]))
-
     def _add_scaled(self, field: str, value: float) -> None:
         self._add(field, round(value * _SCALE[field]))
 
     def _set_own_total(self, field: str, total: int) -> None:
         """Make this writer's share of ``field`` ``total`` (the file sums writers)."""
-        self._add(field, total - self._own_totals.get(field, 0))
-        self._own_totals[field] = total
+        self._add(field, self._own_change(field, total))
 
     def record_step(
         self,
@@ -276,28 +272,42 @@ class StepCounters:
 
         ``policy_seconds``: the drafter's own time so far (a total).
         """
-        base = len(FIELDS)  # the histogram follows the fields
-        # at most K + 1 distinct lengths: one add each, not one per request
-        histogram = collections.Counter(min(length, self.max_num_draft_tokens)
-                                        for length in num_draft_tokens_per_request)
+        cap = self.max_num_draft_tokens
+        # [K + 1] the step's requests by draft length, added after the fields
+        histogram = [0] * (cap + 1)
+        for length in num_draft_tokens_per_request:
+            histogram[length if length < cap else cap] += 1
+        added = {"num_draft_tokens": sum(num_draft_tokens_per_request),
+                 "num_planned_draft_tokens": num_planned_draft_tokens,
+                 "num_confidence_stops": num_confidence_stops,
+                 "num_draft_forward_passes": num_draft_forward_passes,
+                 "num_entropy_stops": num_entropy_stops,
+                 "num_skipped_draft_steps": num_skipped_draft_steps,
+                 "num_catch_up_tokens": num_catch_up_tokens, "num_steps": 1,
+                 "num_stopped_draft_tokens": num_stopped_draft_tokens,
+                 "tracked_requests": self._own_change("tracked_requests", tracked_requests)}
+        if policy_seconds is not None:
+            # the metric counts microseconds
+            added["plugin_micros"] = self._own_change("plugin_micros",
+                                                      round(policy_seconds * 1e6))
+        # once a step: the whole block read and written once
         with self._locked():
-            for length, count in histogram.items():
-                self._add_at(base + length, count)
-            self._add("num_draft_tokens", sum(num_draft_tokens_per_request))
-            self._add("num_planned_draft_tokens", num_planned_draft_tokens)
-            self._add("num_confidence_stops", num_confidence_stops)
-            self._set_own_total("tracked_requests", tracked_requests)
-            self._add("num_draft_forward_passes", num_draft_forward_passes)
-            self._add("num_entropy_stops", num_entropy_stops)
-            if policy_seconds is not None:
-                # the metric counts microseconds
-                self._set_own_total("plugin_micros", round(policy_seconds * 1e6))
-            self._add("num_skipped_draft_steps", num_skipped_draft_steps)
-            self._add("num_catch_up_tokens", num_catch_up_tokens)
-            self._add("num_steps", 1)
-            self._add("num_stopped_draft_tokens", num_stopped_draft_tokens)
+            values = list(self._block.unpack_from(self._map))
+            for field, value in added.items():
+                values[_SLOT[field]] += value
+            for length, count in enumerate(histogram, start=len(FIELDS)):
+                values[length] += count
             if drafting_scale is not None:
-                self._set_scaled("drafting_scale_milli", drafting_scale)
+                values[_SLOT["drafting_scale_milli"]] = round(
+                    drafting_scale * _SCALE["drafting_scale_milli"])
+            self._block.pack_into(self._map, 0, *values)
+
+    def _own_change(self, field: str, total: int) -> int:
+        """What makes this writer's share of ``field`` ``total`` (the file
+        sums writers): the change to add."""
+        change = total - self._own_totals.get(field, 0)
+        self._own_totals[field] = total
+        return change
 
     def mark_drafter_confirmed(self) -> None:
         """The worker confirmed it built the plugin's drafter (``runner_choice``)."""

@@ -43,15 +43,18 @@ class AcceptanceRates:
         self._rejections = 1.0
 
     def rate(self, state: SourceCounts) -> float:
-        prior = self._accepted / (self._accepted + self._rejections)
-        w = self.prior_weight
-        weight = state.accepted + state.rejections + w
-        rate = (state.accepted + w * prior) / weight if weight > 0.0 else prior
-        return min(MAX_RATE, max(MIN_RATE, rate))
+        return self.rates([state])[0]
 
     def rates(self, states: list[SourceCounts]) -> list[float]:
-        """[num_reqs] each request's rate."""
-        return [self.rate(s) for s in states]
+        """[num_reqs] each request's rate (``rate``, its prior once a step)."""
+        prior = self._accepted / (self._accepted + self._rejections)
+        w = self.prior_weight
+        rates = []
+        for state in states:
+            weight = state.accepted + state.rejections + w
+            rate = (state.accepted + w * prior) / weight if weight > 0.0 else prior
+            rates.append(MAX_RATE if rate > MAX_RATE else MIN_RATE if rate < MIN_RATE else rate)
+        return rates
 
     def observe(self, state: SourceCounts, num_draft_tokens: int,
                 num_accepted_tokens: int) -> None:

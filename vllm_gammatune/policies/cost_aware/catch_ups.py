@@ -72,7 +72,7 @@ class CatchUpShares:
 
     @staticmethod
     def _share(plan: Sequence[int]) -> float:
-        return sum(k > 0 for k in plan) / len(plan)
+        return (len(plan) - plan.count(0)) / len(plan)  # lengths are never negative
 
     def add_free_plan(self, plan: Sequence[int]) -> None:
         """A decode step's plan without catch-ups, at its batch size."""

@@ -157,12 +157,13 @@ def best_plan(costs: StepCosts, rates: Sequence[float], catch_up_tokens: Sequenc
     c_base = c_base_whole * catch_up_base_share
     c_slope = costs.catch_up_per_token * inflate
     limits = list(draft_limits) or [max_num_draft_tokens] * num_reqs
+    log_rates = [math.log(rate) for rate in rates]
     for cap in range(1, min(max_num_draft_tokens, max(limits, default=0)) + 1):
         fixed = (target_now + costs.first_pass + (cap - 1) * costs.later_pass) * inflate
         ratio, plan = best_ratio, best
         for _ in range(_DINKELBACH_ITERATIONS):
-            lengths, value, cost = _lengths_at(ratio, rates, catch_up, cap, limits,
-                                               per_token, c_slope)
+            lengths, value, cost = _lengths_at(ratio, rates, log_rates, catch_up, cap,
+                                               limits, per_token, c_slope)
             catching_up = any(k and m for k, m in zip(lengths, catch_up))
             cost += fixed + (c_base if catching_up else 0.0)
             new_ratio = (num_reqs + value) / cost
@@ -206,32 +207,37 @@ def _paced(lengths: list[int], fixed: float, rates: Sequence[float],
         as ``best_plan`` charges it.
     """
     lengths = list(lengths)
+    # constant over the raises: what each request waits of its catch-up, its top
+    waited = [catch_up_per_token * (m - c) for m, c in zip(missed, catch_up)]
+    tops = [min(cap, limit) for limit in limits]
+    others_base = catch_up_base - charged_base
     while True:
         catchers = [k > 0 and m > 0 for k, m in zip(lengths, missed)]
-        cost = (fixed + per_token * sum(lengths)
-                + (charged_base if any(catchers) else 0.0)
-                + catch_up_per_token * sum(c for k, c in zip(lengths, catch_up) if k))
-        waited = [catch_up_per_token * (m - c) for m, c in zip(missed, catch_up)]
-        all_waited = sum(w for w, k in zip(waited, lengths) if k)
         num_catchers = sum(catchers)
+        cost = (fixed + per_token * sum(lengths)
+                + (charged_base if num_catchers else 0.0)
+                + catch_up_per_token * sum(c for k, c in zip(lengths, catch_up) if k))
+        all_waited = sum(w for w, k in zip(waited, lengths) if k)
         raised = False
-        for r, (rate, k, limit) in enumerate(zip(rates, lengths, limits)):
-            top = min(cap, limit)
-            others_catch_up = num_catchers - catchers[r] > 0
+        for r, (rate, k, top) in enumerate(zip(rates, lengths, tops)):
+            if top == 0:
+                continue
             seconds = (cost + all_waited - (waited[r] if k else 0.0)
-                       + (catch_up_base - charged_base if others_catch_up else 0.0))
+                       + (others_base if num_catchers - catchers[r] > 0 else 0.0))
             need = seconds / target_now  # tokens it must expect of the step
-            if top == 0 or expected_tokens(rate, k) >= need:
+            # ``expected_tokens`` inline: once a request and raise
+            if (1.0 - rate ** (k + 1)) / (1.0 - rate) >= need:
                 continue
             k_paced = next((j for j in range(k + 1, top + 1)
-                            if expected_tokens(rate, j) >= need), None)
+                            if (1.0 - rate ** (j + 1)) / (1.0 - rate) >= need), None)
             if k_paced is None:
                 return None
             lengths[r] = k_paced
             raised = True
             break  # the step's cost changed: test everyone again
         if not raised:
-            value = sum(accepted_gain(rate, k) for rate, k in zip(rates, lengths))
+            value = sum(rate * (1.0 - rate ** k) / (1.0 - rate)  # ``accepted_gain``
+                        for rate, k in zip(rates, lengths))
             return lengths, value, cost
 
 
@@ -296,14 +302,24 @@ def accepted_gain(rate: float, num_draft_tokens: int) -> float:
     return rate * (1.0 - rate ** num_draft_tokens) / (1.0 - rate)
 
 
-def _lengths_at(ratio, rates, catch_up, step_cap, limits, per_token, catch_up_per_token):
+def _lengths_at(ratio, rates, log_rates, catch_up, step_cap, limits, per_token,
+                catch_up_per_token):
     """Per request, the length maximising gain - ratio * cost (Dinkelbach),
-    at most the step's cap and the request's own limit."""
+    at most the step's cap and the request's own limit: ``paying_length``
+    and ``accepted_gain`` inline (``log_rates``: [num_reqs] ``log(rate)``,
+    once a plan), as this runs for every request, cap and iteration."""
     lengths, value, cost = [], 0.0, 0.0
     threshold = ratio * per_token  # a^j must exceed this
-    for rate, missed, limit in zip(rates, catch_up, limits):
-        k = paying_length(rate, threshold, min(step_cap, limit))
-        gain = accepted_gain(rate, k)
+    log_threshold = math.log(threshold) if threshold > 0.0 else 0.0
+    for rate, log_rate, missed, limit in zip(rates, log_rates, catch_up, limits):
+        cap = step_cap if step_cap < limit else limit
+        if cap <= 0 or threshold >= rate:
+            k = 0
+        elif threshold <= 0.0:
+            k = cap
+        else:
+            k = min(cap, max(0, math.ceil(log_threshold / log_rate) - 1))
+        gain = rate * (1.0 - rate ** k) / (1.0 - rate)
         extra = k * per_token + (missed * catch_up_per_token if k else 0.0)
         if k and gain - ratio * extra <= 0.0:
             k, gain, extra = 0, 0.0, 0.0
