@@ -52,8 +52,6 @@ class UniformShape:
         #: each: what their verification keeps
         self._req_ids: list[str] = []
         self._lengths: list[int] = []
-        #: req_id -> those lengths, where the verification's order differs
-        self._by_req_id: dict[str, int] | None = None
 
     def pad(self, req_ids: Sequence[str], drafts: list[list[int]],
             token_rows: list[list[int]], num_speculative_tokens: int,
@@ -66,7 +64,7 @@ class UniformShape:
         tokens are the ones its probabilities were sampled with, kept or not,
         so vLLM's rejection sampler sees proposals drawn from them."""
         k = num_speculative_tokens
-        self._req_ids, self._by_req_id = list(req_ids), None
+        self._req_ids = list(req_ids)
         # a draft is at most the loop's passes; verification keeps at most
         # what vLLM scheduled (``verified_lengths``)
         self._lengths = list(map(len, drafts))
@@ -90,7 +88,7 @@ class UniformShape:
 
     def clear(self) -> None:
         """The drafts handed over were not padded (a skipped step)."""
-        self._req_ids, self._lengths, self._by_req_id = [], [], None
+        self._req_ids, self._lengths = [], []
 
     def verified_lengths(self, req_ids: Sequence[str],
                          num_draft_tokens: Sequence[int]) -> list[int] | None:
@@ -101,9 +99,7 @@ class UniformShape:
             return None
         if self._req_ids == req_ids:  # vLLM kept the batch's order: no lookup
             return list(map(min, self._lengths, num_draft_tokens))
-        if self._by_req_id is None:
-            self._by_req_id = dict(zip(self._req_ids, self._lengths))
-        by_req_id = self._by_req_id
+        by_req_id = dict(zip(self._req_ids, self._lengths))
         return [min(by_req_id.get(r, n), n) for r, n in zip(req_ids, num_draft_tokens)]
 
 

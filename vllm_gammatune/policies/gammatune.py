@@ -83,11 +83,9 @@ class GammaTunePolicy(DraftLengthPolicy, ConfidenceStop):
         return GammaTuneState(gamma_bar=float(self.gamma_init), gamma=self.gamma_init)
 
     def next_num_draft_tokens(self, state: GammaTuneState, batch: BatchView) -> int:
-        return self._clamp(state.gamma)
-
-    def plan_batch(self, states: list[GammaTuneState], batch: BatchView) -> list[int]:
-        # gamma is within [gamma_min, gamma_max] by construction (line 4's clamp)
-        return [state.gamma for state in states]
+        # within [gamma_min, gamma_max] by construction: line 4's clamp, and
+        # gamma_init checked at construction
+        return state.gamma
 
     def observe(self, state: GammaTuneState, verification: Verification) -> GammaTuneState:
         observed = verification.num_accepted_tokens

@@ -225,19 +225,17 @@ def _paced(lengths: list[int], fixed: float, rates: Sequence[float],
             seconds = (cost + all_waited - (waited[r] if k else 0.0)
                        + (others_base if num_catchers - catchers[r] > 0 else 0.0))
             need = seconds / target_now  # tokens it must expect of the step
-            # ``expected_tokens`` inline: once a request and raise
-            if (1.0 - rate ** (k + 1)) / (1.0 - rate) >= need:
+            if expected_tokens(rate, k) >= need:
                 continue
             k_paced = next((j for j in range(k + 1, top + 1)
-                            if (1.0 - rate ** (j + 1)) / (1.0 - rate) >= need), None)
+                            if expected_tokens(rate, j) >= need), None)
             if k_paced is None:
                 return None
             lengths[r] = k_paced
             raised = True
             break  # the step's cost changed: test everyone again
         if not raised:
-            value = sum(rate * (1.0 - rate ** k) / (1.0 - rate)  # ``accepted_gain``
-                        for rate, k in zip(rates, lengths))
+            value = sum(accepted_gain(rate, k) for rate, k in zip(rates, lengths))
             return lengths, value, cost
 
 
@@ -284,16 +282,22 @@ def probe_ceiling(costs: StepCosts, num_reqs: int, catch_up_tokens: Sequence[int
     return lengths
 
 
-def paying_length(rate: float, threshold: float, cap: int) -> int:
+def paying_length(rate: float, threshold: float, cap: int, log_threshold: float | None = None,
+                  log_rate: float | None = None) -> int:
     """The largest ``k <= cap`` whose last token still pays: ``rate^k >
     threshold`` (0 if none does). Under the geometric model the ``j``-th
     draft token is accepted with probability ``rate^j``, so a draft goes on
-    while that beats the token's cost in tokens (``threshold``)."""
+    while that beats the token's cost in tokens (``threshold``). A caller
+    that asks for many may pass the logarithms it has already taken."""
     if cap <= 0 or threshold >= rate:
         return 0
     if threshold <= 0.0:
         return cap
-    return min(cap, max(0, math.ceil(math.log(threshold) / math.log(rate)) - 1))
+    if log_threshold is None:
+        log_threshold = math.log(threshold)
+    if log_rate is None:
+        log_rate = math.log(rate)
+    return min(cap, max(0, math.ceil(log_threshold / log_rate) - 1))
 
 
 def accepted_gain(rate: float, num_draft_tokens: int) -> float:
@@ -305,21 +309,15 @@ def accepted_gain(rate: float, num_draft_tokens: int) -> float:
 def _lengths_at(ratio, rates, log_rates, catch_up, step_cap, limits, per_token,
                 catch_up_per_token):
     """Per request, the length maximising gain - ratio * cost (Dinkelbach),
-    at most the step's cap and the request's own limit: ``paying_length``
-    and ``accepted_gain`` inline (``log_rates``: [num_reqs] ``log(rate)``,
-    once a plan), as this runs for every request, cap and iteration."""
+    at most the step's cap and the request's own limit (``log_rates``:
+    [num_reqs] ``log(rate)``, taken once a plan: this runs for every
+    request, cap and iteration)."""
     lengths, value, cost = [], 0.0, 0.0
     threshold = ratio * per_token  # a^j must exceed this
     log_threshold = math.log(threshold) if threshold > 0.0 else 0.0
     for rate, log_rate, missed, limit in zip(rates, log_rates, catch_up, limits):
-        cap = step_cap if step_cap < limit else limit
-        if cap <= 0 or threshold >= rate:
-            k = 0
-        elif threshold <= 0.0:
-            k = cap
-        else:
-            k = min(cap, max(0, math.ceil(log_threshold / log_rate) - 1))
-        gain = rate * (1.0 - rate ** k) / (1.0 - rate)
+        k = paying_length(rate, threshold, min(step_cap, limit), log_threshold, log_rate)
+        gain = accepted_gain(rate, k)
         extra = k * per_token + (missed * catch_up_per_token if k else 0.0)
         if k and gain - ratio * extra <= 0.0:
             k, gain, extra = 0, 0.0, 0.0

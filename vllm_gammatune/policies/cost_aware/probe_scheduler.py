@@ -108,9 +108,8 @@ class ProbeScheduler:
         return num_draft_tokens == 0 and state.steps_since_draft + 1 >= state.probe_interval
 
     def any_due(self, states: list[ProbeRecord], plan: list[int]) -> bool:
-        # ``is_due`` inline: once a request, every step
-        return 0 in plan and any(k == 0 and s.steps_since_draft + 1 >= s.probe_interval
-                                 for s, k in zip(states, plan))
+        # only a request at length 0 can be due: most steps have none
+        return 0 in plan and any(self.is_due(s, k) for s, k in zip(states, plan))
 
     def add_probes(self, states: list[ProbeRecord], plan: list[int], may_probe: bool,
                    costs: StepCosts, rates: Sequence[float],
