@@ -117,10 +117,20 @@ def test_the_draw_refuses_too_few_to_hold_every_category():
         draw_questions(5, seed=0)
 
 
-def test_the_readme_config_draws_at_least_24_questions_for_batch_1():
+def test_the_readme_config_measures_where_decoding_dominates():
+    """The table's plan: at least 16 questions at batch 1 and 128 tokens a
+    request there and on the code edits, 64 in the batched cells and on the
+    trace, the trace's prompts from the evaluation half, 3 rounds or more."""
     config = reproduce.load_config("readme")
     drawn = readme_plan.draw(config, quick=False)
-    assert len(drawn["specbench"]) >= 24 and len(drawn["code_edit"]) == 5
+    assert len(drawn["specbench"]) >= 16 and len(drawn["code_edit"]) >= 3
+    steps = readme_plan.steps_by_subdir(config)
+    for cell in config["readme"]["cells"]:
+        args = steps[cell["step"]]["args"]
+        tokens = args.get("also_max_tokens") if cell.get("set") else args["max_tokens"]
+        assert tokens >= (128 if cell.get("batch_size") == 1 else 64), cell["name"]
+        assert args["rounds"] >= 3, cell["name"]
+    assert steps["traffic"]["args"]["split"] == "eval"
 
 
 DESIGN = {"cells": [{"name": "batch 1", "step": "s", "harness": "run_paired", "batch_size": 1,
@@ -271,11 +281,11 @@ def test_the_detail_lists_every_engine_of_the_sweep_and_each_phase(tmp_path):
 def test_the_dry_run_lists_every_step_and_cell_and_writes_nothing(tmp_path, capsys):
     assert reproduce.main(["readme", "--dry-run", "--out", str(tmp_path / "run")]) == 0
     out = capsys.readouterr().out
-    assert out.count("benchmarks.run_paired") == 1 and out.count("benchmarks.run_traffic") == 1
+    assert out.count("benchmarks.run_paired") == 2 and out.count("benchmarks.run_traffic") == 1
     for cell in ("batch 1", "batch 4", "batch 16", "served traffic", "code edits"):
         assert f"# cell {cell!r}" in out
-    assert "--rounds 5" in out and "vllm_ngram@8" in out and "gammatune_cost_ngram_model" in out
-    assert "vllm_draft_model@6" in out
+    assert "--rounds 3" in out and "vllm_ngram@8" in out and "gammatune_cost_ngram_model" in out
+    assert "vllm_draft_model@4" in out and "--max-tokens 128" in out and "--max-tokens 64" in out
     # one engine alive at a time; the code edits run on the same fresh engines
     assert "--fresh-engines" in out and f"--also-out {tmp_path / 'run' / 'code_edit'}" in out
     assert "# estimate: " in out
@@ -291,9 +301,11 @@ def test_the_code_edits_are_the_offline_steps_second_set(tmp_path):
     args = {s["subdir"]: {**reproduce.step_args(s, None), **overrides.get(s["subdir"], {})}
             for s in config["steps"]}
     cells = {c["name"]: c for c in readme_plan.design(config, drawn, args)["cells"]}
-    assert cells["code edits"]["folder"] == "code_edit" and cells["code edits"]["units"] == 5
-    assert len(cells["code edits"]["methods"]) == 16 and len(cells["batch 1"]["methods"]) == 9
-    assert cells["batch 1"]["folder"] == "offline" and cells["batch 16"]["units"] == 2
+    assert cells["code edits"]["folder"] == "code_edit" and cells["code edits"]["units"] == 3
+    assert len(cells["code edits"]["methods"]) == 11 and len(cells["batch 1"]["methods"]) == 6
+    assert cells["batch 1"]["folder"] == "offline" and cells["batch 16"]["units"] == 1
+    # batch 4 and 16 are a step of their own, on the same questions at 64 tokens
+    assert cells["batch 4"]["folder"] == "batched" and cells["batch 4"]["units"] == 4
 
 
 def plan_estimate(quick: bool) -> float:
