@@ -16,7 +16,11 @@ may use). ``DIR/texts.jsonl`` (one line a prompt) and ``DIR/context.json``.
 ``replay`` (no engine, seconds): ``gammatune_tools.bench.greedy_replay``
 replays at batch 1, over the texts in order (the first ``--warmup`` untimed),
 no speculation, every fixed K up to the cap, the per-prompt oracle over
-them (K >= 1, as the decode bench's), the per-token oracle, and
+them (K >= 1, as the decode bench's), the per-token oracle, a per-token
+stop calibrated in hindsight on the texts themselves at its best price,
+blind (it judges the next pass by the last token, as a drafter must) and
+peeking (by the next token's own probability, which no drafter knows before
+its pass): what a stop could reach (``greedy_replay.hindsight_rule``), and
 ``gammatune_cost`` (cap ``--cap``, measuring its costs from the replay's
 clock as in an engine), plus each ``--policy NAME=JSON``: ``gammatune_cost``
 with those parameters (``{"token_stop": false}``, ``{"ablate":
@@ -51,6 +55,7 @@ from gammatune_tools.bench.greedy_replay import (
     Text,
     drive_policy,
     fixed_k,
+    hindsight_rule,
     per_text_best,
     per_token_oracle,
 )
@@ -122,7 +127,9 @@ def replay(texts: list[Text], costs: ReplayCosts, cap: int, warmup: int,
     from vllm_gammatune.policies import CostAwarePolicy
 
     fixed = [fixed_k(texts, k, costs, warmup) for k in range(cap + 1)]
-    outcomes = [*fixed, per_text_best(fixed[1:]), per_token_oracle(texts, cap, costs, warmup)]
+    outcomes = [*fixed, per_text_best(fixed[1:]), per_token_oracle(texts, cap, costs, warmup),
+                hindsight_rule(texts, cap, costs, False, warmup),
+                hindsight_rule(texts, cap, costs, True, warmup)]
     for name, parameters in {"gammatune_cost": {}, **policies}.items():
         outcomes.append(drive_policy(
             texts, lambda parameters=parameters: CostAwarePolicy(cap, **parameters),

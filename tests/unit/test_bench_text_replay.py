@@ -119,7 +119,9 @@ def test_replay_on_the_command_line_writes_every_strategy(tmp_path, capsys):
     result = json.loads((tmp_path / "replay.json").read_text())
     names = [row["strategy"] for row in result]
     assert names == ["no speculation", "fixed K=1", "fixed K=2", "fixed K=3", "fixed K=4",
-                     "per-prompt oracle", "per-token oracle", "gammatune_cost", "no_stop"]
+                     "per-prompt oracle", "per-token oracle",
+                     "per-token stop in hindsight, blind", "per-token stop in hindsight, peeking",
+                     "gammatune_cost", "no_stop"]
     assert {row["tokens"] for row in result} == {3 * 39}
     best = max(result[1:5], key=lambda row: row["tokens_per_second"])
     assert best["vs_best_fixed"] == pytest.approx(1.0)
@@ -138,3 +140,23 @@ def test_bad_replay_options_are_refused_naming_them(tmp_path, capsys, argv, mess
     with pytest.raises(SystemExit):
         cli.parse_args(["replay", str(tmp_path), *argv])
     assert message in capsys.readouterr().err
+
+
+def test_a_stop_that_peeks_at_the_next_token_beats_a_blind_one_and_both_pay():
+    """Where the draft's probability tells its token apart (q 0.95 accepted,
+    q 0.2 not) but says nothing of the next token, a stop that knows the next
+    token's probability before its pass runs passes only for tokens that will
+    be accepted; a blind one must pay passes on hope; both beat every fixed K
+    and neither beats the oracle."""
+    rng = random.Random(3)
+    texts = []
+    for i in range(4):
+        matches = [rng.random() < 0.7 for _ in range(200)]
+        texts.append(gr.Text(f"t{i}", tuple(matches),
+                             tuple(0.95 if m else 0.2 for m in matches)))
+    costs = gr.ReplayCosts(0.1, 0.001, 0.03, 0.0, 0.0)
+    blind = gr.hindsight_rule(texts, 8, costs, peek=False).row()["tokens_per_second"]
+    peek = gr.hindsight_rule(texts, 8, costs, peek=True).row()["tokens_per_second"]
+    fixed = max(gr.fixed_k(texts, k, costs).row()["tokens_per_second"] for k in range(1, 9))
+    oracle = gr.per_token_oracle(texts, 8, costs).row()["tokens_per_second"]
+    assert fixed < blind < peek <= oracle

@@ -23,6 +23,8 @@ policy learns from it too):
 - a fixed K (vLLM's ``draft_model``): K passes and K verified tokens a step;
 - the per-token oracle: drafts exactly the tokens verification accepts
   (none, without a pass, where the first is rejected);
+- a per-token stop calibrated in hindsight on the texts (``hindsight_rule``):
+  bounds on what a stop reaches with the draft's probabilities;
 - a ``DraftLengthPolicy`` driven as vLLM's drafter drives it
   (``drive_policy``): one ``StepObservation`` before each plan with the last
   step's verification and timings, the plan, then the passes with the
@@ -288,3 +290,86 @@ def drive_policy(texts: Sequence[Text], make_policy: Callable[[], object], costs
         return 0.0
 
     return _replay(texts, name, warmup, run)
+
+
+#: bins of the draft's probability in ``hindsight_rule``'s calibration
+_HINDSIGHT_BINS = 20
+#: rates R tried by ``hindsight_rule``, as fractions of the best fixed K's tokens/s
+_HINDSIGHT_RATES = tuple(0.6 + 0.02 * i for i in range(51))
+
+
+def _bin(q: float) -> int:
+    return min(int(q * _HINDSIGHT_BINS), _HINDSIGHT_BINS - 1)
+
+
+def _calibration(texts: Sequence[Text]) -> tuple[float, list[float], list[float]]:
+    """In hindsight, over every position of the texts: the share of the
+    draft's greedy tokens that are the text's, and per bin of the draft's
+    probability ``q`` of a token, the share of those tokens that are the
+    text's and the share whose next token is too (given that they are)."""
+    counts = [[0, 0] for _ in range(_HINDSIGHT_BINS)]
+    nexts = [[0, 0] for _ in range(_HINDSIGHT_BINS)]
+    for text in texts:
+        for p in range(1, len(text)):
+            b = _bin(text.probs[p])
+            counts[b][0] += 1
+            counts[b][1] += text.matches[p]
+            if p + 1 < len(text) and text.matches[p]:
+                nexts[b][0] += 1
+                nexts[b][1] += text.matches[p + 1]
+    total = sum(n for n, _ in counts)
+    first = sum(m for _, m in counts) / total if total else 0.0
+    # Laplace-smoothed, so an empty bin reads 1/2
+    return first, [(m + 1) / (n + 2) for n, m in counts], [(m + 1) / (n + 2) for n, m in nexts]
+
+
+def hindsight_rule(texts: Sequence[Text], cap: int, costs: ReplayCosts, peek: bool,
+                   warmup: int = 0) -> Outcome:
+    """A per-token stop calibrated in hindsight on the very texts it runs
+    on, at the best price: what a stop could reach with the draft's
+    probabilities, not a strategy an engine could run. After each pass it
+    keeps the token while its chance of being accepted with every token
+    before it, ``S``, pays its verification (``S >= R * c_token``); it runs
+    the next pass while ``S`` times the next token's estimated acceptance
+    pays the pass and the token (``> R * (c_pass + c_token)``). That estimate
+    is, blind (``peek`` False), the acceptance of a token that follows one
+    at this token's probability (the first token's: that of any token), as
+    the plugin's stop must judge it; with ``peek``, that of a token at the
+    next token's own probability, known before its pass is paid (no drafter
+    knows it). ``R`` is the best of a grid around the best fixed K's
+    tokens/s; seconds include ``costs.policy_step`` a step."""
+    first, accepted_at, next_after = _calibration(texts)
+    c_token = costs.target_token + costs.draft_token
+    c_pass = costs.draft_pass(1)
+    best_fixed = max(fixed_k(texts, k, costs, warmup).row()["tokens_per_second"]
+                     for k in range(1, cap + 1))
+
+    def at_rate(rate: float) -> Outcome:
+        def run(text: Text, step: _Step) -> float:
+            p, last = 1, 1
+            while p < len(text):
+                survival, drafted, passes = 1.0, 0, 0
+                while passes < cap:
+                    q_next = text.prob(p, passes + 1)
+                    estimate = (accepted_at[_bin(q_next)] if peek else first if passes == 0
+                                else next_after[_bin(text.prob(p, passes))])
+                    if survival * estimate <= rate * (c_pass + c_token):
+                        break
+                    passes += 1
+                    kept = survival * accepted_at[_bin(q_next)]
+                    if kept < rate * c_token:
+                        break
+                    survival, drafted = kept, passes
+                seconds = costs.policy_step + costs.target(1 + drafted)
+                if passes:
+                    seconds += costs.draft_pass(last) + (passes - 1) * costs.draft_pass(1)
+                emitted = step.add(text, p, drafted, passes, seconds)
+                last = emitted if passes else last + emitted
+                p += emitted
+            return 0.0
+
+        name = "per-token stop in hindsight, " + ("peeking" if peek else "blind")
+        return _replay(texts, name, warmup, run)
+
+    return max((at_rate(f * best_fixed) for f in _HINDSIGHT_RATES),
+               key=lambda o: o.row()["tokens_per_second"])
