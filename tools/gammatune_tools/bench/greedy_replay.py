@@ -103,6 +103,14 @@ class ReplayCosts:
     def draft_pass(self, num_tokens: int) -> float:
         return self.draft_base + self.draft_token * num_tokens
 
+    def step(self, drafted: int, passes: int, first_pass_tokens: int) -> float:
+        """Seconds of a step that verifies ``drafted`` tokens after
+        ``passes`` draft passes, the first over ``first_pass_tokens``."""
+        seconds = self.target(1 + drafted)
+        if passes:
+            seconds += self.draft_pass(first_pass_tokens) + (passes - 1) * self.draft_pass(1)
+        return seconds
+
 
 @dataclass
 class Outcome:
@@ -178,10 +186,7 @@ def fixed_k(texts: Sequence[Text], k: int, costs: ReplayCosts, warmup: int = 0) 
     def run(text: Text, step: _Step) -> float:
         p, last = 1, 1
         while p < len(text):
-            seconds = costs.target(1 + k)
-            if k:
-                seconds += costs.draft_pass(last) + (k - 1) * costs.draft_pass(1)
-            last = step.add(text, p, k, k, seconds)
+            last = step.add(text, p, k, k, costs.step(k, k, last))
             p += last
         return 0.0
 
@@ -198,10 +203,7 @@ def per_token_oracle(texts: Sequence[Text], cap: int, costs: ReplayCosts,
         p, last = 1, 1
         while p < len(text):
             k = text.accepted(p, cap)
-            seconds = costs.target(1 + k)
-            if k:
-                seconds += costs.draft_pass(last) + (k - 1) * costs.draft_pass(1)
-            emitted = step.add(text, p, k, k, seconds)
+            emitted = step.add(text, p, k, k, costs.step(k, k, last))
             last = emitted if k else last + emitted
             p += emitted
         return 0.0
@@ -360,10 +362,8 @@ def hindsight_rule(texts: Sequence[Text], cap: int, costs: ReplayCosts, peek: bo
                     if kept < rate * c_token:
                         break
                     survival, drafted = kept, passes
-                seconds = costs.policy_step + costs.target(1 + drafted)
-                if passes:
-                    seconds += costs.draft_pass(last) + (passes - 1) * costs.draft_pass(1)
-                emitted = step.add(text, p, drafted, passes, seconds)
+                emitted = step.add(text, p, drafted, passes,
+                                   costs.policy_step + costs.step(drafted, passes, last))
                 last = emitted if passes else last + emitted
                 p += emitted
             return 0.0
