@@ -89,8 +89,9 @@ def record(args: argparse.Namespace) -> None:
                           SamplingParams(temperature=0.0, max_tokens=1, prompt_logprobs=TOP),
                           use_tqdm=False)
     stop_llm(llm)
-    args.out.mkdir(parents=True, exist_ok=True)
-    with (args.out / "texts.jsonl").open("w") as f:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    with (out / "texts.jsonl").open("w") as f:
         for i, ((category, _), (prompt, answer), score) in enumerate(
                 zip(prompts, answers, scored)):
             draft_tokens, top_probs = [], []
@@ -105,10 +106,8 @@ def record(args: argparse.Namespace) -> None:
                                 "draft_token_ids": draft_tokens,
                                 "probs": [top[0] for top in top_probs],
                                 "top_probs": top_probs}) + "\n")
-    as_text = argparse.Namespace(**{k: str(v) if isinstance(v, Path) else v
-                                    for k, v in vars(args).items()})
-    write_context(args.out, run_context(as_text, target, draft))
-    print(f"{len(answers)} texts -> {args.out / 'texts.jsonl'}")
+    write_context(out, run_context(args, target, draft))
+    print(f"{len(answers)} texts -> {out / 'texts.jsonl'}")
 
 
 def read_texts(directory: Path, max_tokens: int | None = None) -> list[Text]:
@@ -127,14 +126,15 @@ def replay(texts: list[Text], costs: ReplayCosts, cap: int, warmup: int,
     from vllm_gammatune.policies import CostAwarePolicy
 
     fixed = [fixed_k(texts, k, costs, warmup) for k in range(cap + 1)]
+    best = max(fixed[1:], key=lambda o: o.row()["tokens_per_second"]).row()
+    rate = best["tokens_per_second"]
     outcomes = [*fixed, per_text_best(fixed[1:]), per_token_oracle(texts, cap, costs, warmup),
-                hindsight_rule(texts, cap, costs, False, warmup),
-                hindsight_rule(texts, cap, costs, True, warmup)]
+                hindsight_rule(texts, cap, costs, False, rate, warmup),
+                hindsight_rule(texts, cap, costs, True, rate, warmup)]
     for name, parameters in {"gammatune_cost": {}, **policies}.items():
         outcomes.append(drive_policy(
             texts, lambda parameters=parameters: CostAwarePolicy(cap, **parameters),
             costs, name, warmup))
-    best = max(fixed[1:], key=lambda o: o.row()["tokens_per_second"]).row()
     rows = []
     for outcome in outcomes:
         row = outcome.row()
@@ -192,7 +192,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     rec = commands.add_parser("record", help="record greedy texts and the draft's tokens")
-    rec.add_argument("--out", type=Path, required=True)
+    rec.add_argument("--out", required=True)
     rec.add_argument("--target")
     rec.add_argument("--draft")
     rec.add_argument("--dataset",

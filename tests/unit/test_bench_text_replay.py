@@ -155,8 +155,8 @@ def test_a_stop_that_peeks_at_the_next_token_beats_a_blind_one_and_both_pay():
         texts.append(gr.Text(f"t{i}", tuple(matches),
                              tuple(0.95 if m else 0.2 for m in matches)))
     costs = gr.ReplayCosts(0.1, 0.001, 0.03, 0.0, 0.0)
-    blind = gr.hindsight_rule(texts, 8, costs, peek=False).row()["tokens_per_second"]
-    peek = gr.hindsight_rule(texts, 8, costs, peek=True).row()["tokens_per_second"]
     fixed = max(gr.fixed_k(texts, k, costs).row()["tokens_per_second"] for k in range(1, 9))
+    blind = gr.hindsight_rule(texts, 8, costs, False, fixed).row()["tokens_per_second"]
+    peek = gr.hindsight_rule(texts, 8, costs, True, fixed).row()["tokens_per_second"]
     oracle = gr.per_token_oracle(texts, 8, costs).row()["tokens_per_second"]
     assert fixed < blind < peek <= oracle

@@ -168,7 +168,7 @@ class _Step:
 
 
 def _replay(texts: Sequence[Text], name: str, warmup: int,
-            run_text: Callable[[Text, _Step], float]) -> Outcome:
+            run_text: Callable[[Text, _Step], None]) -> Outcome:
     outcome = Outcome(name)
     for text in texts[:warmup]:
         run_text(text, _Step(None))
@@ -183,12 +183,11 @@ def fixed_k(texts: Sequence[Text], k: int, costs: ReplayCosts, warmup: int = 0) 
     """vLLM's ``draft_model`` at K = ``k`` (0: no speculation): every step
     ``k`` passes, the first over the tokens the last step emitted."""
 
-    def run(text: Text, step: _Step) -> float:
+    def run(text: Text, step: _Step) -> None:
         p, last = 1, 1
         while p < len(text):
             last = step.add(text, p, k, k, costs.step(k, k, last))
             p += last
-        return 0.0
 
     return _replay(texts, "no speculation" if k == 0 else f"fixed K={k}", warmup, run)
 
@@ -199,14 +198,13 @@ def per_token_oracle(texts: Sequence[Text], cap: int, costs: ReplayCosts,
     step whose first draft token would be rejected runs no pass (the draft
     sees the emitted token in its next first pass, at no extra cost)."""
 
-    def run(text: Text, step: _Step) -> float:
+    def run(text: Text, step: _Step) -> None:
         p, last = 1, 1
         while p < len(text):
             k = text.accepted(p, cap)
             emitted = step.add(text, p, k, k, costs.step(k, k, last))
             last = emitted if k else last + emitted
             p += emitted
-        return 0.0
 
     return _replay(texts, "per-token oracle", warmup, run)
 
@@ -244,7 +242,7 @@ def drive_policy(texts: Sequence[Text], make_policy: Callable[[], object], costs
     rule = getattr(policy, "draft_on", None)
     clock = {"step": 0, "pending": (), "cycle": None}
 
-    def run(text: Text, step: _Step) -> float:
+    def run(text: Text, step: _Step) -> None:
         state = policy.new_state()
         req_id = f"{text.name}-{clock['step']}"
         p, last, catch_up = 1, 1, 0
@@ -289,14 +287,13 @@ def drive_policy(texts: Sequence[Text], make_policy: Callable[[], object], costs
             clock["cycle"] = (CycleTimings(tuple(drafting), (
                 CycleWallTime(seconds), TargetStepTiming(1 + drafted, target_seconds, 1))),)
             p += emitted
-        return 0.0
 
     return _replay(texts, name, warmup, run)
 
 
 #: bins of the draft's probability in ``hindsight_rule``'s calibration
 _HINDSIGHT_BINS = 20
-#: rates R tried by ``hindsight_rule``, as fractions of the best fixed K's tokens/s
+#: rates R tried by ``hindsight_rule``, as fractions of its reference rate
 _HINDSIGHT_RATES = tuple(0.6 + 0.02 * i for i in range(51))
 
 
@@ -326,7 +323,7 @@ def _calibration(texts: Sequence[Text]) -> tuple[float, list[float], list[float]
 
 
 def hindsight_rule(texts: Sequence[Text], cap: int, costs: ReplayCosts, peek: bool,
-                   warmup: int = 0) -> Outcome:
+                   reference_rate: float, warmup: int = 0) -> Outcome:
     """A per-token stop calibrated in hindsight on the very texts it runs
     on, at the best price: what a stop could reach with the draft's
     probabilities, not a strategy an engine could run. After each pass it
@@ -338,16 +335,15 @@ def hindsight_rule(texts: Sequence[Text], cap: int, costs: ReplayCosts, peek: bo
     at this token's probability (the first token's: that of any token), as
     the plugin's stop must judge it; with ``peek``, that of a token at the
     next token's own probability, known before its pass is paid (no drafter
-    knows it). ``R`` is the best of a grid around the best fixed K's
-    tokens/s; seconds include ``costs.policy_step`` a step."""
+    knows it). ``R`` is the best of a grid around ``reference_rate`` (the
+    best fixed K's tokens/s, which the caller has); seconds include
+    ``costs.policy_step`` a step."""
     first, accepted_at, next_after = _calibration(texts)
     c_token = costs.target_token + costs.draft_token
     c_pass = costs.draft_pass(1)
-    best_fixed = max(fixed_k(texts, k, costs, warmup).row()["tokens_per_second"]
-                     for k in range(1, cap + 1))
 
     def at_rate(rate: float) -> Outcome:
-        def run(text: Text, step: _Step) -> float:
+        def run(text: Text, step: _Step) -> None:
             p, last = 1, 1
             while p < len(text):
                 survival, drafted, passes = 1.0, 0, 0
@@ -366,10 +362,9 @@ def hindsight_rule(texts: Sequence[Text], cap: int, costs: ReplayCosts, peek: bo
                                    costs.policy_step + costs.step(drafted, passes, last))
                 last = emitted if passes else last + emitted
                 p += emitted
-            return 0.0
 
         name = "per-token stop in hindsight, " + ("peeking" if peek else "blind")
         return _replay(texts, name, warmup, run)
 
-    return max((at_rate(f * best_fixed) for f in _HINDSIGHT_RATES),
+    return max((at_rate(f * reference_rate) for f in _HINDSIGHT_RATES),
                key=lambda o: o.row()["tokens_per_second"])
