@@ -119,7 +119,7 @@ def simulate(p: CostAwarePolicy, num_reqs: int, steps: int, rate: float,
     rng = random.Random(seed)
     in_flight = collections.deque()
     states = {f"r{i}": p.new_state() for i in range(num_reqs)}
-    t_base, t_slope = p.target_cost.coefficients()
+    t_base, t_slope = p.costs.target.coefficients()
     plans, drafted = [], [0] * num_reqs
     for step in range(steps):
         batch = BatchView(num_reqs, num_reqs + sum(drafted))
@@ -155,7 +155,7 @@ def draft_like_the_proposer(p, states, batch, token_prob,
     from vllm_gammatune.drafter.draft_step import DraftStep
 
     num_reqs = len(states)
-    d_base, d_slope = p.draft_cost.coefficients()
+    d_base, d_slope = p.costs.draft.coefficients()
     step = DraftStep(p.plan_batch(states, batch), torch.device("cpu"),
                      token_rule=lambda position, probs, active: p.draft_on(
                          states, position, probs, active))

@@ -79,7 +79,7 @@ def test_the_drafts_pass_over_a_prompt_prices_catch_ups(tiny):
     assert len(passes) == 1
     num_tokens, seconds = passes[0]
     assert num_tokens >= prompt_tokens and seconds > 0
-    assert policy.catch_up_line(1) == (0.0, seconds / num_tokens)
+    assert policy.costs.catch_up_line(1) == (0.0, seconds / num_tokens)
 
 
 def test_a_prompt_chunk_prices_catch_ups_after_a_one_token_warm_up(tiny):
@@ -96,12 +96,12 @@ def test_a_prompt_chunk_prices_catch_ups_after_a_one_token_warm_up(tiny):
         passes = record_catch_up_passes(policy)
         llm.generate([TokensPrompt(prompt_token_ids=[11])],
                      SamplingParams(temperature=0, max_tokens=8))
-        assert policy.target_cost.ready and policy.draft_cost.ready
-        assert passes == [] and policy.catch_up_line(1) is None
+        assert policy.costs.target.ready and policy.costs.draft.ready
+        assert passes == [] and policy.costs.catch_up_line(1) is None
         generate(llm, prompts=PROMPTS[:1], max_tokens=2)
         prompt_tokens = len(llm.get_tokenizer().encode(PROMPTS[0]))
     assert len(passes) == 1 and passes[0][0] >= prompt_tokens
-    assert policy.catch_up_line(1) is not None
+    assert policy.costs.catch_up_line(1) is not None
 
 
 def test_trace_logs_every_engine_step_decision(tiny, tmp_path, monkeypatch):
@@ -240,7 +240,7 @@ def test_prefix_cached_blocks_the_draft_skipped_are_caught_up(tiny):
         # a budget of almost nothing holds back every probe: the draft never runs
         first = run(8)
         assert first[0] == 0
-        drafter(llm).policy.probe_budget = 1.0  # now it probes
+        drafter(llm).policy.probes.budget = 1.0  # now it probes
         second = run(40)
     passes, draft_tokens, accepted, catch_up, hits = (b - a for a, b in zip(first, second))
     assert hits > 0, "the second request did not reuse the first one's blocks"

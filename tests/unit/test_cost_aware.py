@@ -24,7 +24,7 @@ def test_warms_up_by_drafting_until_costs_are_measured():
     for n in (3, 9, 3, 9):
         p.observe_costs([TargetStepTiming(n, 0.1 + 0.01 * n),
                          DraftPassTiming(n, 0.03 + 0.001 * n)])
-    assert p.target_cost.ready and p.draft_cost.ready
+    assert p.costs.target.ready and p.costs.draft.ready
 
 
 def test_last_decision_says_what_each_step_chose():

@@ -28,8 +28,8 @@ from vllm_gammatune.policies.cost_aware.planner import best_plan
 def brute_force_best(p, states, batch):
     """The best plan by enumeration (tiny batches only)."""
     rates = [p.acceptance.rate(s.acceptance) for s in states]
-    t_base, t_slope = p.target_cost.coefficients()
-    d_base, d_slope = p.draft_cost.coefficients()
+    t_base, t_slope = p.costs.target.coefficients()
+    d_base, d_slope = p.costs.draft.coefficients()
     n = len(states)
     best, best_ratio = None, -1.0
     for plan in itertools.product(range(p.max_num_draft_tokens + 1), repeat=n):
@@ -46,8 +46,8 @@ def brute_force_best(p, states, batch):
 
 def ratio_of(p, states, batch, plan):
     rates = [p.acceptance.rate(s.acceptance) for s in states]
-    t_base, t_slope = p.target_cost.coefficients()
-    d_base, d_slope = p.draft_cost.coefficients()
+    t_base, t_slope = p.costs.target.coefficients()
+    d_base, d_slope = p.costs.draft.coefficients()
     n = len(states)
     value = sum(expected_tokens(a, k) for a, k in zip(rates, plan))
     cost = t_base + t_slope * (n + sum(plan))
@@ -266,7 +266,7 @@ def test_a_drafter_without_draft_kv_prices_no_catch_up():
     assert first_prompt_step_kind(False) != "price"
     p = measured_cpu_policy(prompt_pass=False)
     p.adapt_to_drafter(DrafterTraits(runs_every_planned_pass=False, keeps_draft_kv=False))
-    assert p.catch_up_line(4) == (0.0, 0.0)
+    assert p.costs.catch_up_line(4) == (0.0, 0.0)
 
 
 def test_padding_a_skipped_step_is_free_only_where_verification_is():

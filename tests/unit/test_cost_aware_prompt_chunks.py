@@ -74,7 +74,7 @@ def test_prompt_step_drafts_once_decode_steps_after_prompts_draft():
 def test_prompt_step_prices_then_waits_until_decode_steps_after_prompts_draft():
     p = CostAwarePolicy(8, target_cost=CPU_TARGET)  # draft and catch-up measured
     for tokens in (4, 8, 12):
-        p.draft_cost.add(tokens, 0.04 + 0.002 * tokens, 1)
+        p.costs.draft.add(tokens, 0.04 + 0.002 * tokens, 1)
     new = trained_states(p, 1, drafted=4, accepted=3)
     tiny_chunk = BatchView(1, 2, has_prefill=True)
     assert not p.costs.catch_up.ready

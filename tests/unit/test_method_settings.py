@@ -151,7 +151,7 @@ def test_probe_budget_default_and_given():
     assert settings.parameters["probe_budget"] == 0.01
     settings, draft = split(method="gammatune_cost", model="d", probe_budget=0.05)
     assert settings.parameters["probe_budget"] == 0.05 and "probe_budget" not in draft
-    assert settings.make_policy().probe_budget == 0.05
+    assert settings.make_policy().probes.budget == 0.05
 
 
 @pytest.mark.parametrize("gain", [-0.01, 1.0, "some", None])

@@ -53,10 +53,7 @@ from vllm_gammatune.policies.cost_aware.decision import (
     StepDecision,
 )
 from vllm_gammatune.policies.cost_aware.free_drafts import free_draft_lengths
-from vllm_gammatune.policies.cost_aware.linear_costs import (
-    BatchLocalLinearCost,
-    FixedLinearCost,
-)
+from vllm_gammatune.policies.cost_aware.linear_costs import FixedLinearCost
 from vllm_gammatune.policies.cost_aware.planner import padding_is_free, predicted_step
 from vllm_gammatune.policies.cost_aware.probe_scheduler import ProbeScheduler
 from vllm_gammatune.policies.cost_aware.prompt_chunks import PromptChunks
@@ -167,28 +164,6 @@ class CostAwarePolicy(DraftLengthPolicy, TokenRule, CostObserver, FreeDraftPlann
         return self.costs.ready and padding_is_free(
             *self.costs.target.coefficients(num_reqs), num_reqs, num_draft_tokens)
 
-    # -- the parts' settings that tools and tests read -------------------------
-    @property
-    def probe_budget(self) -> float:
-        """The probe scheduler's budget (settable while the engine runs)."""
-        return self.probes.budget
-
-    @probe_budget.setter
-    def probe_budget(self, value: float) -> None:
-        self.probes.budget = value
-
-    @property
-    def target_cost(self) -> BatchLocalLinearCost | FixedLinearCost:
-        return self.costs.target
-
-    @property
-    def draft_cost(self) -> BatchLocalLinearCost | FixedLinearCost:
-        return self.costs.draft
-
-    def catch_up_line(self, num_reqs: int) -> tuple[float, float] | None:
-        """(base, per token) seconds of a catch-up pass (``CostFits``)."""
-        return self.costs.catch_up_line(num_reqs)
-
     # -- what the engine observed -----------------------------------------------
     def observe_step(self, observation: StepObservation,
                      states: MutableMapping[str, CostAwareState]) -> None:
@@ -222,21 +197,18 @@ class CostAwarePolicy(DraftLengthPolicy, TokenRule, CostObserver, FreeDraftPlann
         self.acceptance.observe(state.acceptance, num_draft_tokens, num_accepted_tokens)
         self.probes.on_verified(state.probes, num_draft_tokens, num_accepted_tokens,
                                 verification.num_reqs)
+        step, check = verification.step, self.cycle_check
         # the rule's estimate, made before its labels train the model
-        revision = (None if self.cycle_check is None else
-                    self.token_stop.revision(state.token_rule, verification.step,
-                                             num_draft_tokens))
-        self.token_stop.learn(state.token_rule, verification.step, num_draft_tokens,
-                              num_accepted_tokens)
-        if self.cycle_check is not None:
+        revision = (None if check is None else
+                    self.token_stop.revision(state.token_rule, step, num_draft_tokens))
+        self.token_stop.learn(state.token_rule, step, num_draft_tokens, num_accepted_tokens)
+        if check is not None:
             # a ruled draft counts the tokens the rule expected of it: the
             # clock's check of the costs is spared the noise of acceptance
-            step = verification.step
-            if revision is None:
-                self.cycle_check.on_accepted(step, num_accepted_tokens)
-            else:
-                self.cycle_check.revise(step, revision.tokens, revision.seconds)
-                self.cycle_check.on_accepted(step, revision.accepted_tokens)
+            if revision is not None:
+                check.revise(step, revision.tokens, revision.seconds)
+                num_accepted_tokens = revision.accepted_tokens
+            check.on_accepted(step, num_accepted_tokens)
         return state
 
     # -- free drafts, per-token decisions ------------------------------------------
@@ -377,13 +349,12 @@ class CostAwarePolicy(DraftLengthPolicy, TokenRule, CostObserver, FreeDraftPlann
             return None
         num_reqs = len(planned.lengths)
         line = self.costs.catch_up_line(num_reqs)
-        check = self.cycle_check
+        scale, informed = self.drafting_scale(num_reqs) or (1.0, False)
         return planned.decision(
             catch_up_seconds_per_token=None if line is None else line[1],
-            drafting_share=self.drafting.share,
-            drafting_scale=self._drafting_scale(num_reqs),
-            informed=check is not None and check.is_informed(num_reqs),
-            previous_cycle_seconds=None if check is None else check.last_seconds,
+            drafting_share=self.drafting.share, drafting_scale=scale, informed=informed,
+            previous_cycle_seconds=(None if self.cycle_check is None
+                                    else self.cycle_check.last_seconds),
             step_costs=self.costs.coefficients(num_reqs))
 
     def verification_details(self, state: CostAwareState,

@@ -70,7 +70,8 @@ class ProbeScheduler:
         probe_interval: steps at length 0 before a request probes.
         max_probe_interval: the interval's ceiling after backoff.
         budget: the share of predicted engine time that probes may lose in
-            steps that would not draft otherwise (1.0: no limit).
+            steps that would not draft otherwise (1.0: no limit); settable
+            while the engine runs.
     """
 
     def __init__(self, probe_interval: int, max_probe_interval: int, budget: float):
