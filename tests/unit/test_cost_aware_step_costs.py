@@ -27,15 +27,15 @@ def test_a_steps_costs_come_from_the_fits_around_its_batch_size():
 def test_measured_fits_are_ready_once_both_have_samples():
     fits = CostFits()
     for n in (3, 9, 3):
-        fits.add_target_step(n, 0.1 + 0.01 * n, 1)
+        fits.target.add(n, 0.1 + 0.01 * n, 1)
     assert not fits.ready and fits.catch_up_line(1) is None
     for n in (3, 9, 3):
-        fits.add_draft_pass(n, 0.03 + 0.001 * n, 1)
+        fits.draft.add(n, 0.03 + 0.001 * n, 1)
     assert fits.ready
     # no catch-up or prompt pass timed yet: the decode draft line stands in
     costs = fits.at(3, 1)
     assert costs.catch_up_per_token == pytest.approx(fits.draft.coefficients(1)[1])
-    fits.add_catch_up_pass(200, 0.5)
+    fits.catch_up.add(200, 0.5)
     assert fits.catch_up_line(1) == (0.0, pytest.approx(0.5 / 200))
 
 

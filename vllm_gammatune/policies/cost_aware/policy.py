@@ -60,7 +60,6 @@ from vllm_gammatune.policies.cost_aware.prompt_chunks import PromptChunks
 from vllm_gammatune.policies.cost_aware.request_state import CostAwareState
 from vllm_gammatune.policies.cost_aware.step_costs import CostFits, StepCosts
 from vllm_gammatune.policies.cost_aware.step_plans import PlanRules
-from vllm_gammatune.policies.cost_aware.timing_feed import feed_timings
 from vllm_gammatune.policies.cost_aware.token_stop import TokenPrices, TokenStop
 from vllm_gammatune.policies.observation import (
     DraftSource,
@@ -180,8 +179,8 @@ class CostAwarePolicy(DraftLengthPolicy, TokenRule, CostObserver, FreeDraftPlann
     def observe_costs(self, timings: Sequence[Timing], step: int | None = None) -> None:
         """Each timing feeds its fit, and the check of the cycle planned at
         ``step`` (None: the last plan's)."""
-        feed_timings(timings, self._planned_at if step is None else step, self.costs,
-                     self.cycle_check, self.token_stop.seconds_per_pass)
+        self.costs.feed(timings, self._planned_at if step is None else step,
+                        self.cycle_check, self.token_stop.seconds_per_pass)
 
     def new_state(self) -> CostAwareState:
         return CostAwareState()

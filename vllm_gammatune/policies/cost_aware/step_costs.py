@@ -1,5 +1,6 @@
 """The policy's costs: its fits of the target step, the draft pass and the
-catch-up pass (``linear_costs``), and the costs of one step they give.
+catch-up pass (``linear_costs``), which each measured timing feeds (with the
+check of its cycle, ``cycle_check``), and the costs of one step they give.
 
 The target step and the draft's decode pass are fitted around the batch size
 (``BatchLocalLinearCost``). A catch-up is priced by its own fit
@@ -13,11 +14,21 @@ the draft's stands in for the catch-up's.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from vllm_gammatune.policies.cost_aware.cycle_check import CycleCheck
 from vllm_gammatune.policies.cost_aware.linear_costs import (
     BatchLocalLinearCost,
     FixedLinearCost,
+)
+from vllm_gammatune.policies.observation import (
+    CatchUpPassTiming,
+    CycleWallTime,
+    DraftPassTiming,
+    PassesRun,
+    TargetStepTiming,
+    Timing,
 )
 
 
@@ -60,15 +71,34 @@ class CostFits:
         """Both the target and the draft fit have their samples."""
         return self.target.ready and self.draft.ready
 
-    def add_target_step(self, num_scheduled_tokens: int, seconds: float,
-                        num_reqs: int) -> None:
-        self.target.add(num_scheduled_tokens, seconds, num_reqs)
-
-    def add_draft_pass(self, num_tokens: int, seconds: float, num_reqs: int) -> None:
-        self.draft.add(num_tokens, seconds, num_reqs)
-
-    def add_catch_up_pass(self, num_tokens: int, seconds: float) -> None:
-        self.catch_up.add(num_tokens, seconds)
+    def feed(self, timings: Sequence[Timing], step: int, check: CycleCheck | None,
+             seconds_per_pass: float) -> None:
+        """Each timing of the cycle planned at ``step``, in the order measured,
+        to its fit and (with a check) to the cycle's check. A fit learns from
+        every timing, whenever it arrives; a cycle closed before its timings
+        arrived (a device's timings read late) is not checked.
+        ``seconds_per_pass`` prices the passes a per-token stop added to or
+        cut from the plan."""
+        for timing in timings:
+            if isinstance(timing, TargetStepTiming):
+                self.target.add(timing.num_scheduled_tokens, timing.seconds, timing.num_reqs)
+                if check is not None:
+                    check.on_target_step(step, timing.seconds, timing.num_reqs)
+            elif isinstance(timing, DraftPassTiming):
+                self.draft.add(timing.num_tokens, timing.seconds, timing.num_reqs)
+                if check is not None:
+                    check.on_draft_pass(step, timing.seconds)
+            elif isinstance(timing, CatchUpPassTiming):
+                self.catch_up.add(timing.num_tokens, timing.seconds)
+                if check is not None:
+                    check.on_catch_up_pass(step, timing.seconds)
+            elif check is None:
+                continue
+            elif isinstance(timing, PassesRun):
+                # the per-token stop may end a step before its planned passes
+                check.on_draft_passes_run(step, timing.num_passes, seconds_per_pass)
+            elif isinstance(timing, CycleWallTime):
+                check.on_wall_time(step, timing.seconds)
 
     def catch_up_line(self, num_reqs: int) -> tuple[float, float] | None:
         """(base, per token) seconds of a catch-up pass: the catch-up fit
