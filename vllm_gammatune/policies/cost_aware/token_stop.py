@@ -44,8 +44,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from vllm_gammatune.policies.cost_aware.acceptance_rates import expected_tokens
-from vllm_gammatune.policies.cost_aware.request_state import CostAwareState, TokenRuleRecord
-from vllm_gammatune.policies.cost_aware.token_draft import TokenDraft, TokenPrices
+from vllm_gammatune.policies.cost_aware.request_state import (
+    CostAwareState,
+    TokenDraft,
+    TokenPrices,
+    TokenRuleRecord,
+)
 from vllm_gammatune.policies.cost_aware.token_acceptance import (
     TokenAcceptanceModel,
     logit,
