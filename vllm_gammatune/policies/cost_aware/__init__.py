@@ -14,11 +14,10 @@ parts it owns, one module each:
 - ``planner``: the lengths that maximise expected tokens per second (pure
   functions);
 - ``catch_ups``: catch-up pricing: each request's share of its catch-up,
-  the shares per batch size it rests on, the plan that prices the pass;
+  the shares per batch size it rests on (the prompt-chunk rule keeps its
+  own the same way), the plan that prices the pass;
 - ``probe_scheduler``: which requests at length 0 probe, within a budget;
 - ``prompt_chunks``: when a step with a prompt chunk drafts;
-- ``batch_shares``: shares kept per batch size (the prompt-chunk rule's and
-  the catch-up share's);
 - ``token_stop`` and ``token_acceptance``: the per-token stop and the
   estimate of each draft token's acceptance it rests on;
 - ``decision``: the record of each step's decision, for traces;

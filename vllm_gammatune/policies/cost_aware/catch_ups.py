@@ -8,10 +8,13 @@ The catch-up pass's seconds come from its own fit (``step_costs.CostFits``,
 - the share of a drafting request's catch-up its plan is charged now
   (``catch_up_share``): one over the steps it will still draft, so a long
   prompt's catch-up is spread over the tokens it will repay it with;
-- the shares per batch size that say how often requests there draft
-  (``CatchUpShares``): ``f`` (plans without catch-ups, which spreads the
-  catch-ups of the plans with them) and the share plans drafted (how often
-  a request that probes would draft after its catch-up);
+- the shares that say how often requests draft (``CatchUpShares``): ``f``
+  (plans without catch-ups, which spreads the catch-ups of the plans with
+  them) and the share plans drafted (how often a request that probes would
+  draft after its catch-up), each kept per batch size (``BatchShares``; the
+  prompt-chunk rule keeps its ``p`` so too), since drafting may pay with a
+  wide margin at batch 1 and not at all at batch 8: a share learnt while
+  the server was quiet says little about a busy batch;
 - the plan that prices the catch-up pass before anything has timed one
   (``price_plan``).
 
@@ -21,8 +24,6 @@ Why: ``docs/cost-aware.md``, "Length 0 skips the draft model". Pure Python.
 from __future__ import annotations
 
 from collections.abc import Sequence
-
-from vllm_gammatune.policies.cost_aware.batch_shares import BatchShares
 
 #: a catch-up is spread over at most this many of a request's remaining
 #: tokens (a request without ``max_tokens`` may stop at any EOS)
@@ -58,6 +59,32 @@ def price_plan(catch_up_tokens: Sequence[int], num_reqs: int) -> list[int]:
     return [0 if missed else 1 for missed in catch_up]
 
 
+class BatchShares:
+    """A decayed share in [0, 1] per batch size.
+
+    Args:
+        memory: weight kept by the older samples of a batch size per new one.
+        initial: the share of a batch size before its first sample.
+    """
+
+    def __init__(self, memory: float, initial: float):
+        self.memory = memory
+        self.initial = initial
+        #: batch size -> share
+        self._shares: dict[int, float] = {}
+
+    def at(self, num_reqs: int) -> float:
+        return self._shares.get(num_reqs, self.initial)
+
+    def add(self, num_reqs: int, sample: float) -> None:
+        m = self.memory
+        self._shares[num_reqs] = m * self.at(num_reqs) + (1.0 - m) * sample
+
+    def add_plan(self, plan: Sequence[int]) -> None:
+        """The share of a plan's requests that draft, at its batch size."""
+        self.add(len(plan), (len(plan) - plan.count(0)) / len(plan))  # lengths are >= 0
+
+
 class CatchUpShares:
     """Per batch size, how often decode steps' plans draft requests."""
 
@@ -69,15 +96,3 @@ class CatchUpShares:
         #: pace included, probes not: how often a request that probes there
         #: would draft after its catch-up (``planner.probe_ceiling``)
         self.planned_drafting = BatchShares(_BATCH_SHARE_MEMORY, initial=0.0)
-
-    @staticmethod
-    def _share(plan: Sequence[int]) -> float:
-        return (len(plan) - plan.count(0)) / len(plan)  # lengths are never negative
-
-    def add_free_plan(self, plan: Sequence[int]) -> None:
-        """A decode step's plan without catch-ups, at its batch size."""
-        self.free_drafting.add(len(plan), self._share(plan))
-
-    def add_plan(self, plan: Sequence[int]) -> None:
-        """A decode step's plan, catch-ups and pace included."""
-        self.planned_drafting.add(len(plan), self._share(plan))

@@ -19,8 +19,8 @@ anyway:
 
 with ``p`` the decayed share of the decode steps right after a prompt chunk
 that drafted for their own sake (probes do not count), kept per batch size
-(``batch_shares``): whether a request drafts after its prompt depends on the
-batch it decodes in.
+(``catch_ups.BatchShares``): whether a request drafts after its prompt
+depends on the batch it decodes in.
 
 - ``p`` starts at 0 at each batch size: a prompt chunk drafts only once
   decode steps after earlier chunks at that batch size, charged the chunk
@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from vllm_gammatune.policies.cost_aware.batch_shares import BatchShares
+from vllm_gammatune.policies.cost_aware.catch_ups import BatchShares
 
 #: weight kept by the share of decode steps after a prompt chunk that drafted
 _AFTER_PROMPT_MEMORY = 0.75

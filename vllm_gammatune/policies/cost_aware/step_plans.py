@@ -57,10 +57,10 @@ class PlanRules:
                          max_num_draft_tokens=self.max_num_draft_tokens,
                          drafting_scale=drafting_scale, min_draft_gain=self.min_draft_gain,
                          keep_pace=self.keep_pace)
-        shares.add_free_plan(free)
+        shares.free_drafting.add_plan(free)
         plan = free if not any(batch.catch_up_tokens) else self.best(
             costs, rates, batch, drafting_scale, shares.free_drafting.at(num_reqs), free)
-        shares.add_plan(plan)
+        shares.planned_drafting.add_plan(plan)
         return plan
 
     def prompt_step(self, fits: CostFits, rates: list[float], batch: BatchView,
