@@ -90,14 +90,13 @@ class PlannedStep:
         now (read before the next plan, nothing has changed them)."""
         num_reqs = len(self.lengths)
         batch, measured = self.batch, self.measured
-        catch_up = list(batch.catch_up_tokens) or [0] * num_reqs
         return StepDecision(
             batch_size=num_reqs, num_scheduled_tokens=batch.num_scheduled_tokens,
             has_prefill=batch.has_prefill, kind=self.kind,
             num_draft_tokens=sum(self.lengths),
             max_num_draft_tokens=max(self.lengths, default=0),
             num_probes=sum(self.probes),
-            catch_up_tokens=sum(m for k, m in zip(self.lengths, catch_up) if k),
+            catch_up_tokens=sum(m for k, m in zip(self.lengths, batch.catch_up_tokens) if k),
             catch_up_seconds_per_token=catch_up_seconds_per_token,
             drafting_share=drafting_share,
             predicted_tokens=self.predicted_tokens,

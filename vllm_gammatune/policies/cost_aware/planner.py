@@ -48,8 +48,6 @@ from vllm_gammatune.policies.cost_aware.catch_ups import catch_up_share
 from vllm_gammatune.policies.cost_aware.step_costs import StepCosts
 
 _DINKELBACH_ITERATIONS = 8
-
-
 #: padding a step costs next to nothing below this share of the step
 PADDING_SHARE = 0.05
 
@@ -59,12 +57,10 @@ def predicted_step(costs: StepCosts, rates: Sequence[float], plan: Sequence[int]
     """(tokens, seconds) the model expects of ``plan``: what ``best_plan``
     maximises the ratio of, before any measured correction.
     ``catch_up_tokens``: [num_reqs] missed positions, () for none."""
-    num_reqs = len(plan)
     tokens = sum(expected_tokens(rate, k) for rate, k in zip(rates, plan))
     seconds = costs.target_now
     if max(plan, default=0) > 0:
-        catch_up = list(catch_up_tokens) or [0] * num_reqs
-        missed = sum(m for k, m in zip(plan, catch_up) if k)
+        missed = sum(m for k, m in zip(plan, catch_up_tokens) if k)
         seconds += (costs.first_pass + (max(plan) - 1) * costs.later_pass
                     + costs.per_token * sum(plan)
                     + (costs.catch_up_base + costs.catch_up_per_token * missed

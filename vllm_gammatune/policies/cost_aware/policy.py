@@ -363,6 +363,5 @@ class CostAwarePolicy(DraftLengthPolicy, TokenRule, CostObserver, FreeDraftPlann
 
     def drafting_scale(self, num_reqs: int) -> tuple[float, bool] | None:
         check = self.cycle_check
-        if check is None:
-            return None
-        return check.drafting_scale(num_reqs), check.is_informed(num_reqs)
+        return None if check is None else (check.drafting_scale(num_reqs),
+                                           check.is_informed(num_reqs))
