@@ -45,8 +45,7 @@ def time_steps(batch_size: int, cap: int, steps: int, costs,
     """Per step: mean seconds of the plan and the observations, mean seconds
     of the per-token decisions, mean draft passes."""
     rng = random.Random(seed)
-    policy = CostAwarePolicy(cap, target_cost=costs[0], draft_cost=costs[1],
-                             check_cycles=False)
+    policy = CostAwarePolicy(cap, target_cost=costs[0], draft_cost=costs[1])
     req_ids = [f"r{i}" for i in range(batch_size)]
     states_by_id = {r: policy.new_state() for r in req_ids}
     states = [states_by_id[r] for r in req_ids]

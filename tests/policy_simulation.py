@@ -19,7 +19,7 @@ clock charges linear costs with noise and the odd idle gap; each draft token
 has a probability that is also its chance of acceptance, easy and hard
 stretches alternating. The record is every step's plan, the lengths drafted
 after the per-token stop, ``last_decision`` whole, each verification's
-details and the drafting scale, so any changed number shows. Floats are
+details, so any changed number shows. Floats are
 compared exactly: record both on one machine, each version of the code on
 ``PYTHONPATH``.
 """
@@ -84,21 +84,16 @@ def measured_cpu_policy(prompt_pass: bool = True, **kwargs) -> CostAwarePolicy:
     return p
 
 
-def plan_of(p: CostAwarePolicy, states, batch: BatchView, rates=None,
-            drafting_scale: float | None = None) -> list[int]:
+def plan_of(p: CostAwarePolicy, states, batch: BatchView, rates=None) -> list[int]:
     """The planner's best plan for the policy's requests at its costs
-    (``rates``: default their estimates; ``drafting_scale``: default the
-    policy's measured one)."""
+    (``rates``: default their estimates)."""
     num_reqs = len(states)
-    if drafting_scale is None:
-        drafting_scale = (1.0 if p.cycle_check is None
-                          else p.cycle_check.drafting_scale(num_reqs))
     return best_plan(p.costs.at(batch.num_scheduled_tokens, num_reqs),
                      p.acceptance.rates([s.acceptance for s in states])
                      if rates is None else rates,
                      batch.catch_up_tokens, batch.remaining_tokens,
                      max_num_draft_tokens=p.max_num_draft_tokens,
-                     drafting_scale=drafting_scale, min_draft_gain=p.min_draft_gain,
+                     min_draft_gain=p.min_draft_gain,
                      keep_pace=p.keep_pace)
 
 
@@ -139,8 +134,8 @@ def simulate(p: CostAwarePolicy, num_reqs: int, steps: int, rate: float,
         target = TargetStepTiming(scheduled, (t_base + t_slope * scheduled) * slow, num_reqs)
         in_flight.append((tuple(verifications), CycleTimings(timings, (target,), step)))
         arrived, cycles = in_flight.popleft() if len(in_flight) == lag else ((), None)
-        p.observe_step(StepObservation(step + 1, arrived, (cycles,) if cycles else (),
-                                       verified_through=step + 1 - lag), states)
+        p.observe_step(StepObservation(step + 1, arrived, (cycles,) if cycles else ()),
+                       states)
         drafted = plan
     return plans
 
@@ -184,7 +179,7 @@ SCENARIOS = {
     "measured_batch4": ({}, 4, 700, 2, CPU),
     "measured_batch16": ({}, 16, 400, 3, CPU),
     "measured_gpu_batch8": ({}, 8, 500, 4, GPU),
-    "measured_no_cycle_check": ({"check_cycles": False}, 4, 500, 5, GPU),
+    "measured_gpu_batch4": ({}, 4, 500, 5, GPU),
     "measured_no_token_stop": ({"token_stop": False}, 2, 500, 6, CPU),
     "probes_rationed": ({"probe_interval": 2, "max_probe_interval": 8}, 6, 700, 7, CPU),
     "probes_unlimited": ({"probe_interval": 2, "probe_budget": 1.0}, 4, 500, 8,
@@ -350,11 +345,9 @@ def _run(name: str) -> list[dict]:
                 r.catch_up = 0
             r.drafted, r.drafted_at = k, step
         scheduled += sum(lengths)
-        check = policy.cycle_check
         records.append({
             "plan": plan, "lengths": lengths, "draft_on": decisions, "passes": passes,
             "decision": decision, "verified": verified,
-            "drafting_scale": None if check is None else check.drafting_scale(len(requests)),
         })
     return records
 

@@ -42,9 +42,6 @@ def test_measured_costs_greedy_equals_target(tiny, reference):  # noqa: F811
     # position, not a start time, to the clock reading it subtracted)
     plugin_us = counter(metrics, "vllm:gammatune_plugin_time_us")
     assert 0 < plugin_us < wall_us
-    # measured costs: the check against the clock runs and reports its scale
-    scale = metrics["vllm:gammatune_cost_drafting_scale"].value
-    assert 0.25 <= scale <= 4.0
 
 
 def record_catch_up_passes(policy) -> list[tuple[int, float]]:
@@ -55,10 +52,10 @@ def record_catch_up_passes(policy) -> list[tuple[int, float]]:
     passes = []
     original = policy.observe_costs
 
-    def recording(timings, step=None):
+    def recording(timings):
         passes.extend((t.num_tokens, t.seconds) for t in timings
                       if isinstance(t, CatchUpPassTiming))
-        original(timings, step)
+        original(timings)
 
     policy.observe_costs = recording
     return passes
@@ -152,8 +149,6 @@ def test_unprofitable_drafting_skips_draft_model_and_probes(tiny, reference):  #
     # engine's rate to where drafting pays for its own sake: "draft" steps)
     assert all(d.num_draft_tokens == d.num_probes and d.max_num_draft_tokens == 1
                for d in probes)
-    # fixed costs: no correction by the clock, so no scale is reported
-    assert "vllm:gammatune_cost_drafting_scale" not in metrics
     assert counter(metrics, "vllm:gammatune_catch_up_tokens") > 0
     # the draft ran only on the steps that drafted, never on skipped ones: a
     # pass per probe step, at most the cap per drafted step

@@ -52,8 +52,7 @@ def test_parse_metrics_sums_labels_and_derives_exact_counts():
 def test_read_counters_takes_what_the_engine_exports_and_zero_for_the_rest():
     metrics = [SimpleNamespace(name="vllm:spec_decode_num_drafts", value=7),
                SimpleNamespace(name="vllm:gammatune_steps", value=3),
-               SimpleNamespace(name="vllm:iteration_tokens_total", value=None, count=9),
-               SimpleNamespace(name=counters.DRAFTING_SCALE, value=0.5)]
+               SimpleNamespace(name="vllm:iteration_tokens_total", value=None, count=9)]
     llm = SimpleNamespace(get_metrics=lambda: metrics)
     values = counters.read_counters(llm)
     assert values["drafts"] == 7.0 and values["plugin_steps"] == 3.0
@@ -62,8 +61,6 @@ def test_read_counters_takes_what_the_engine_exports_and_zero_for_the_rest():
     metrics += [SimpleNamespace(name="vllm:time_to_first_token_seconds", value=None, count=2),
                 SimpleNamespace(name="vllm:inter_token_latency_seconds", value=None, count=7)]
     assert counters.read_counters(llm)["target_passes"] == 9.0
-    assert counters.read_gauge(llm, counters.DRAFTING_SCALE) == 0.5
-    assert counters.read_gauge(llm, "vllm:nothing") is None
 
 
 def fake_llm(additional_config):

@@ -47,4 +47,3 @@ def test_measure_sends_second_turn_after_the_models_answer():
     assert result.num_requests == 5 and len(seen) == 4
     assert result.output_tokens == 1 + 1 + 3 + 1 + 3
     assert result.drafts == 4 and [b["drafts"] for b in result.batches] == [1, 1, 1, 1]
-    assert result.drafting_scale is None  # not exported by this engine

@@ -41,7 +41,6 @@ def test_trace_keeps_engine_steps_apart_from_requests(tmp_path, monkeypatch):
         num_draft_tokens=5, max_num_draft_tokens=3,
         num_probes=0, catch_up_tokens=40, catch_up_seconds_per_token=0.002,
         drafting_share=0.5, predicted_tokens=4.5, predicted_seconds=0.2,
-        drafting_scale=1.0, informed=False, measured_tokens=None, measured_seconds=None,
         previous_cycle_seconds=0.3, step_costs=(0.1, 0.0, 0.04, 0.0))
     try:
         trace.record("a", 4, 2)

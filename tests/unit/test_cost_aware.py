@@ -13,7 +13,6 @@ from vllm_gammatune.policies import (
     FixedLinearCost,
     TargetStepTiming,
 )
-from vllm_gammatune.policies.cost_aware.cycle_check import MeasuredCycle
 from vllm_gammatune.policies.cost_aware.decision import DraftingShare, PlannedStep
 
 
@@ -41,7 +40,7 @@ def test_last_decision_says_what_each_step_chose():
     good = trained_states(p, 1, drafted=4, accepted=4)[0]
     fast = policy(target=GPU_TARGET, draft=GPU_DRAFT)
     assert max(fast.plan_batch([good], BatchView(1, 1))) > 0
-    assert fast.last_decision.kind == "draft" and not fast.last_decision.informed
+    assert fast.last_decision.kind == "draft"
     assert fast.last_decision.predicted_seconds > 0
 
 
@@ -74,14 +73,13 @@ def test_a_catch_up_is_spread_whenever_drafting_pays_without_it():
 def test_a_planned_step_becomes_the_decision_the_trace_writes():
     planned = PlannedStep("probe", [1, 0, 3], [True, False, False],
                           BatchView(3, 9, catch_up_tokens=(5, 7, 0), has_prefill=False),
-                          4.5, 0.2, MeasuredCycle(tokens=6.0, seconds=0.3))
+                          4.5, 0.2)
     decision = planned.decision(catch_up_seconds_per_token=0.002, drafting_share=0.5,
-                                drafting_scale=0.9, informed=True,
                                 previous_cycle_seconds=0.3, step_costs=(0.1, 0.0, 0.05, 0.0))
     assert (decision.batch_size, decision.num_scheduled_tokens) == (3, 9)
     assert (decision.num_draft_tokens, decision.max_num_draft_tokens) == (4, 3)
     assert decision.num_probes == 1 and decision.catch_up_tokens == 5  # drafting ones
-    assert (decision.measured_tokens, decision.measured_seconds) == (6.0, 0.3)
+    assert decision.previous_cycle_seconds == 0.3
     assert decision.kind == "probe" and decision.step_costs == (0.1, 0.0, 0.05, 0.0)
 
 

@@ -36,17 +36,14 @@ def test_unknown_parts_are_refused_naming_the_field_the_value_and_the_parts():
     assert settings.make_policy().ablated == {"probes", "shrinkage"}
 
 
-def test_without_the_clock_check_the_model_alone_decides():
-    def built(ablate):
-        settings, _ = split_speculative_config(
-            {"method": "gammatune_cost", "model": "d", "ablate": ablate}, VLLM_KEYS)
-        return settings.make_policy()
-
-    assert built([]).cycle_check is not None
-    p = built(["clock_check"])
-    assert p.cycle_check is None and p.drafting_scale(1) is None
-    with pytest.raises(ValueError, match="the clock check: check_cycles"):
-        policy(ablate=["clock_check"])  # the policy's own switch is check_cycles
+def test_a_removed_part_is_refused_naming_the_parts_there_are():
+    # the clock check did not pay for itself (docs/cost-aware.md) and is gone
+    with pytest.raises(GammaTuneConfigError) as error:
+        split_speculative_config({"method": "gammatune_cost", "model": "d",
+                                  "ablate": ["clock_check"]}, VLLM_KEYS)
+    assert "'clock_check'" in str(error.value) and "shrinkage" in str(error.value)
+    with pytest.raises(ValueError, match="unknown part.s. clock_check; allowed: probes"):
+        policy(ablate=["clock_check"])
 
 
 def test_without_shrinkage_a_request_has_its_own_rate_or_the_engines():

@@ -22,7 +22,6 @@ BUSY_CPU = StepCosts(target_now=0.18, per_token=0.0015, first_pass=0.065,
 
 def plan(costs, rates, keep_pace, **kwargs):
     return best_plan(costs, rates, max_num_draft_tokens=kwargs.pop("cap", 8),
-                     drafting_scale=kwargs.pop("scale", 1.0),
                      min_draft_gain=kwargs.pop("margin", 0.05), keep_pace=keep_pace,
                      **kwargs)
 

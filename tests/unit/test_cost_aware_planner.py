@@ -195,7 +195,7 @@ def test_catch_up_is_spread_over_the_steps_that_will_draft():
 
     def plan(share):
         return best_plan(costs, rates, batch.catch_up_tokens, batch.remaining_tokens,
-                         max_num_draft_tokens=8, drafting_scale=1.0, min_draft_gain=0.05,
+                         max_num_draft_tokens=8, min_draft_gain=0.05,
                          drafting_share=share)
 
     assert plan(1.0)[1] > 0 and plan(0.01)[1] == 0

@@ -32,8 +32,7 @@ def test_counters_shared_between_writer_and_reader(owner):
     writer.record_step([2], num_planned_draft_tokens=2, num_confidence_stops=0,
                        tracked_requests=1, num_catch_up_tokens=9, policy_seconds=0.75)
     writer.record_step([], num_planned_draft_tokens=0, num_confidence_stops=0,
-                       tracked_requests=1, num_skipped_draft_steps=1,
-                       drafting_scale=0.6204)
+                       tracked_requests=1, num_skipped_draft_steps=1)
     snap = owner.snapshot()
     assert snap["num_draft_tokens"] == 1 + 4 + 4 + 7 + 2
     assert snap["num_planned_draft_tokens"] == 22
@@ -44,7 +43,6 @@ def test_counters_shared_between_writer_and_reader(owner):
     assert snap["num_skipped_draft_steps"] == 1
     assert snap["num_catch_up_tokens"] == 9
     assert snap["num_steps"] == 3
-    assert snap["drafting_scale_milli"] == 620  # a gauge: the last value
     # lengths above the cap land in the cap's bucket
     assert snap["draft_length_counts"] == [0, 1, 1, 0, 3]
     writer.remove()
@@ -80,14 +78,15 @@ def test_plugin_counts_and_gauges_read_get_metrics_values():
     metric = types.SimpleNamespace
     got = [metric(name="vllm:gammatune_steps", value=12),
            metric(name="vllm:gammatune_plugin_time_us", value=340),
-           metric(name="vllm:gammatune_cost_drafting_scale", value=0.5),
+           metric(name="vllm:gammatune_tracked_requests", value=5),
            metric(name="vllm:spec_decode_num_drafts", value=3)]
     counts = plugin_counts(got)
     assert counts["plugin_steps"] == 12.0 and counts["plugin_time_us"] == 340.0
     assert counts["skipped_draft_steps"] == 0.0  # not exported: nothing counted
     assert set(counts) == {m.count for m in METRICS if m.kind == "counter"}
     gauges = plugin_gauges(got)
-    assert gauges["drafting_scale"] == 0.5 and gauges["tracked_requests"] is None
+    assert gauges["tracked_requests"] == 5.0
+    assert gauges["mean_generation_threshold"] is None  # not exported
 
 
 # -- several engines (data-parallel ranks) write one file ---------------------

@@ -62,7 +62,7 @@ def test_a_plain_planner_is_none_of_the_narrow_contracts():
     # verification, no decisions to explain
     assert not [contract for contract in CONTRACTS if isinstance(policy, contract)]
     for hook in ("stop_measure", "relaxes_verification", "observe_costs",
-                 "accepts_mismatch", "last_decision", "cycle_check"):
+                 "accepts_mismatch", "last_decision"):
         assert not hasattr(policy, hook)
 
 
@@ -75,7 +75,7 @@ def test_confidence_stop_is_the_per_token_stop():
 
 def test_cost_aware_declares_timing_and_skipping_and_records_decisions():
     policy = CostAwarePolicy(4, target_cost=FixedLinearCost(0.1, 0.0),
-                             draft_cost=FixedLinearCost(0.06, 0.0), check_cycles=False)
+                             draft_cost=FixedLinearCost(0.06, 0.0))
     # it times steps and may skip the draft model; it is not verified token
     # by token
     assert isinstance(policy, CostObserver) and not isinstance(policy, RelaxedVerifier)

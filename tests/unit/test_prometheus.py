@@ -26,13 +26,12 @@ def counters():
 
 def test_every_metric_is_reported_with_its_kind_and_value(counters):
     before = _plugin_metrics()
-    # a fresh engine: no info (the drafter is not confirmed) and no drafting scale
-    assert set(before) == {m.name for m in METRICS} - {
-        "vllm:gammatune_info", "vllm:gammatune_cost_drafting_scale"}
+    # a fresh engine: no info (the drafter is not confirmed)
+    assert set(before) == {m.name for m in METRICS} - {"vllm:gammatune_info"}
     writer = StepCounters.attach(counters.path, 4)
     writer.record_step([1, 4, 6], num_planned_draft_tokens=12, num_confidence_stops=1,
                        tracked_requests=3, num_draft_forward_passes=4, num_entropy_stops=2,
-                       policy_seconds=0.0025, num_catch_up_tokens=5, drafting_scale=0.75,
+                       policy_seconds=0.0025, num_catch_up_tokens=5,
                        num_stopped_draft_tokens=3)
     writer.record_step([], num_planned_draft_tokens=0, num_confidence_stops=0,
                        tracked_requests=2, num_skipped_draft_steps=1)
@@ -63,7 +62,6 @@ def test_every_metric_is_reported_with_its_kind_and_value(counters):
         "vllm:gammatune_catch_up_tokens": 5,
         "vllm:gammatune_steps": 2,
         "vllm:gammatune_stopped_draft_tokens": 3,
-        "vllm:gammatune_cost_drafting_scale": 0.75,
         "vllm:gammatune_ngram_draft_tokens": 7,
         "vllm:gammatune_ngram_accepted_tokens": 5,
         "vllm:gammatune_info": 1,
@@ -72,7 +70,7 @@ def test_every_metric_is_reported_with_its_kind_and_value(counters):
         == {"method": "gammatune_cost", "runner": "v1", "drafter": "AdaptiveDraftModelProposer"}
     # the readers: what get_metrics() shows is what the file holds
     assert plugin_counts(got.values()) == counters.counts()
-    assert plugin_gauges(got.values())["drafting_scale"] == 0.75
+    assert plugin_gauges(got.values())["tracked_requests"] == 2
     writer.remove()
 
 

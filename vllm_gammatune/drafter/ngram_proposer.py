@@ -81,8 +81,7 @@ class AdaptiveNgramProposer(NgramProposer, PluginDrafter):
         if plans_from_costs:
             self.policy.adapt_to_drafter(DrafterTraits(keeps_draft_kv=False))
         self.records = RequestRecords(self.policy, also_forget=(trace.forget_missing,))
-        self._metrics = attach_step_metrics(vllm_config, settings.num_speculative_tokens,
-                                            self.policy)
+        self._metrics = attach_step_metrics(vllm_config, settings.num_speculative_tokens)
         #: the lookup runs on the host: the clock needs no device sync
         self._timer = StepTimer(torch.device("cpu")) if plans_from_costs else None
         #: [num_reqs] the draft tokens verified in the step being sampled

@@ -64,15 +64,13 @@ def count_verifications(req_ids: Sequence[str], num_draft_tokens: Sequence[int],
 
 def deliver(policy: DraftLengthPolicy, records: RequestRecords, step: int,
             verifications: Iterable[Verification] = (),
-            cycles: tuple[CycleTimings, ...] = (),
-            verified_through: int | None = None) -> None:
+            cycles: tuple[CycleTimings, ...] = ()) -> None:
     """Hand the policy the observation before the plan of ``step``
     (``StepObservation``). A verification of a request that has left (no
     record) is dropped."""
     states = records.policy_states
     observation = StepObservation(
-        step, tuple(v for v in verifications if v.req_id in states), cycles,
-        verified_through)
+        step, tuple(v for v in verifications if v.req_id in states), cycles)
     policy.observe_step(observation, states)
 
 

@@ -98,8 +98,7 @@ class AdaptiveDraftModelProposer(DraftModelProposer, PluginDrafter):
                                              policy, self.records)
                        if uses_front else None)
         self._step: DraftStep | None = None  # while vLLM's draft loop runs
-        self._metrics = attach_step_metrics(vllm_config, settings.num_speculative_tokens,
-                                            policy)
+        self._metrics = attach_step_metrics(vllm_config, settings.num_speculative_tokens)
         #: the per-token verification at the rejection-sampling step, or None
         self.adasd_verifier = (AdaSDVerifier(policy, self.records, self.counters,
                                              on_device=self.hot_path)
@@ -182,9 +181,9 @@ class AdaptiveDraftModelProposer(DraftModelProposer, PluginDrafter):
                                                  accepted, next_token_ids,
                                                  self._inbox.steps.drafted_at)
             verifications += scored
-        through = self._inbox.verified_through()
         deliver(self.policy, self.records, self._inbox.steps.next, verifications,
-                () if self._timer is None else self._timer.take(through), through)
+                () if self._timer is None else
+                self._timer.take(self._inbox.verified_through()))
         # 2. plan
         free = None
         if offers is not None:

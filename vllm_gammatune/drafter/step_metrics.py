@@ -12,26 +12,20 @@ from __future__ import annotations
 from vllm.logger import init_logger
 from vllm_gammatune.drafter.draft_step import DraftStep
 from vllm_gammatune.methods import plugin_section
-from vllm_gammatune.policies import DraftLengthPolicy, ExplainsSteps
 from vllm_gammatune.telemetry.metrics import StepCounters
 
 logger = init_logger(__name__)
 
 
 class StepMetrics:
-    """One drafter's counters, and the drafting scale it last reported.
+    """One drafter's counters.
 
     Args:
         counters: the engine's metrics file.
-        policy: the drafter's policy, whose check against the clock (an
-            ``ExplainsSteps``'s ``drafting_scale``) gives the drafting scale.
     """
 
-    def __init__(self, counters: StepCounters, policy: DraftLengthPolicy):
+    def __init__(self, counters: StepCounters):
         self.counters = counters
-        self._policy = policy
-        #: the drafting scale the metrics report: the last one with evidence
-        self._reported_drafting_scale = 1.0
 
     def record_step(self, drafts: list[list[int]], step: DraftStep, discarded,
                     num_tracked_requests: int, policy_seconds: float,
@@ -39,7 +33,6 @@ class StepMetrics:
         """Count one proposal: ``drafts`` per request (input batch order),
         ``discarded``: [num_reqs] vLLM's mask of requests whose sampled token
         is discarded (a prompt chunk), whose drafts are not counted."""
-        num_reqs = len(drafts)
         planned = step.planned_lengths
         lengths = list(map(len, drafts))
         if discarded.any():  # a numpy mask: read once, not per request
@@ -62,7 +55,6 @@ class StepMetrics:
             policy_seconds=policy_seconds,
             num_skipped_draft_steps=int(skipped),
             num_catch_up_tokens=num_catch_up_tokens,
-            drafting_scale=self._drafting_scale(num_reqs),
             num_stopped_draft_tokens=num_stopped_tokens,
         )
 
@@ -75,27 +67,10 @@ class StepMetrics:
         self.counters.record_step(
             [len(drafts[i]) for i in kept], sum(planned[i] for i in kept), 0,
             num_tracked_requests, policy_seconds=policy_seconds,
-            num_skipped_draft_steps=int(not any(drafts)),
-            drafting_scale=self._drafting_scale(len(drafts)))
-
-    def _drafting_scale(self, num_reqs: int) -> float | None:
-        """The drafting scale to report, None for a policy without a check
-        against the clock. The gauge keeps the last scale the check had
-        evidence for: the tail of a burst (fewer requests, few cycles) does
-        not reset it."""
-        policy = self._policy
-        checked = (policy.drafting_scale(num_reqs) if isinstance(policy, ExplainsSteps)
-                   else None)
-        if checked is None:
-            return None
-        scale, informed = checked
-        if informed:
-            self._reported_drafting_scale = scale
-        return self._reported_drafting_scale
+            num_skipped_draft_steps=int(not any(drafts)))
 
 
-def attach_step_metrics(vllm_config, max_num_draft_tokens: int,
-                        policy: DraftLengthPolicy) -> StepMetrics | None:
+def attach_step_metrics(vllm_config, max_num_draft_tokens: int) -> StepMetrics | None:
     """The rank-0 worker's ``StepMetrics`` on the engine's metrics file, or
     None (another rank, no metrics file, or a file it cannot use)."""
     metrics_path = plugin_section(vllm_config.additional_config).get("metrics_path")
@@ -109,4 +84,4 @@ def attach_step_metrics(vllm_config, max_num_draft_tokens: int,
         logger.warning("vllm-gammatune: metrics file unusable (%s); the "
                        "plugin's own metrics are off", exc)
         return None
-    return StepMetrics(counters, policy)
+    return StepMetrics(counters)

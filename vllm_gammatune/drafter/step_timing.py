@@ -92,7 +92,7 @@ class StepTimer:
         self._wall = time.perf_counter
         #: the mark at the end of the last proposal, if it was timed
         self._last_step_end: Any = None
-        #: when the last plan was made (the cycle check's wall clock)
+        #: when the last plan was made (the wall time between plans)
         self._last_plan_time: float | None = None
         # the mark at the start of the draft pass under way, and its tokens
         self._pass_started: Any = None

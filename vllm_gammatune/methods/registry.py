@@ -128,9 +128,7 @@ def _cost_aware_policy(num_speculative_tokens: int, *, probe_interval: int,
             costs["target_step_s"], costs["target_token_s"]),
         draft_cost=None if costs is None else FixedLinearCost(
             costs["draft_pass_s"], costs["draft_token_s"]),
-        # given costs are for reproducible runs: no correction by the clock
-        check_cycles=costs is None and "clock_check" not in ablate,
-        ablate=[part for part in ablate if part != "clock_check"],
+        ablate=ablate,
     )
 
 

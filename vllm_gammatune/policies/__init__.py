@@ -26,7 +26,6 @@ from vllm_gammatune.policies.cost_aware import (
     CostAwareState,
     StepDecision,
 )
-from vllm_gammatune.policies.cost_aware.cycle_check import CycleCheck
 from vllm_gammatune.policies.cost_aware.linear_costs import (
     BatchLocalLinearCost,
     FixedLinearCost,
@@ -57,7 +56,6 @@ __all__ = [
     "CostAwarePolicy",
     "CostAwareState",
     "CostObserver",
-    "CycleCheck",
     "CycleTimings",
     "CycleWallTime",
     "DraftLengthPolicy",

@@ -106,9 +106,8 @@ class CostObserver(ABC):
     """
 
     @abstractmethod
-    def observe_costs(self, timings: Sequence[Timing], step: int | None = None) -> None:
-        """Learn from timings, in the order they were measured, of the
-        cycle planned at ``step`` (None: the last plan's)."""
+    def observe_costs(self, timings: Sequence[Timing]) -> None:
+        """Learn from timings, in the order they were measured."""
 
     def adapt_to_drafter(self, traits: DrafterTraits) -> None:
         """Called once by a drafter that differs from the default
@@ -174,8 +173,3 @@ class ExplainsSteps(ABC):
         just before the verification is observed); None: nothing."""
         return None
 
-    def drafting_scale(self, num_reqs: int) -> tuple[float, bool] | None:
-        """(the clock's correction of drafted plans at this batch size,
-        whether the check has the evidence for it there), for the metrics;
-        None where the policy keeps no such check."""
-        return None

@@ -12,11 +12,9 @@ The drafter hands its policy one observation per step, before the plan
   policy that plans from measured costs: what a step's drafting cost
   (catch-ups, draft passes, the passes it ran), then what the engine
   measured before the next plan (the wall time between the plans, the
-  target step, a lookup), each cycle tagged with the step of its plan;
-- ``verified_through``: every draft planned at or before that step has had
-  its verification and its timings delivered (the step before this one on
-  the host path, two before on the hot path, whose device timings are read
-  as late as its verifications: ``drafter/step_timing.py``).
+  target step, a lookup), each cycle tagged with the step of its plan (a
+  device's timings are read as late as its verifications:
+  ``drafter/step_timing.py``).
 
 A cost observer applies them in the order they happened: the drafting,
 then the verifications, then the target step
@@ -153,9 +151,6 @@ class StepObservation:
     verifications: tuple[Verification, ...] = ()
     #: the cycles measured whole since the last observation, oldest first
     cycles: tuple[CycleTimings, ...] = ()
-    #: every draft planned at or before this step has been verified and
-    #: timed in this observation or an earlier one; None: the last plan's
-    verified_through: int | None = None
 
     def lag(self, verification: Verification) -> int:
         """Steps between a verified draft's plan and this one (1 where the

@@ -28,8 +28,7 @@ exclusive ``fcntl.flock`` on the file around its read-modify-write, so no
 update is lost; a scrape holds a shared lock, so it sees whole steps. The
 file then holds the sum over engines: counters add, and so do the per-writer
 totals a writer would otherwise overwrite (``tracked_requests``, the
-plugin's time): each writer adds the change of its own total. The drafting
-scale describes one engine's state; it holds the last writer's value.
+plugin's time): each writer adds the change of its own total.
 """
 
 from __future__ import annotations
@@ -134,12 +133,6 @@ METRICS: tuple[Metric, ...] = (
            "Draft tokens a per-token stop cut from the planned drafts (confidence or "
            "entropy threshold, or gammatune_cost's rule that the next token would not pay).",
            "num_stopped_draft_tokens", "stopped_draft_tokens"),
-    Metric("vllm:gammatune_cost_drafting_scale", "gauge",
-           "gammatune_cost: measured efficiency of drafted steps over skipped ones, "
-           "relative to the cost model, at the batch size of the last step with enough "
-           "measured cycles (1: the model holds; below 1: drafting is discounted by this "
-           "factor).",
-           "drafting_scale_milli", "drafting_scale", scale=1000, when_set=True),
     Metric("vllm:gammatune_ngram_draft_tokens", "counter",
            "Draft tokens from the n-gram lookup verified ahead of the draft model "
            "(drafter 'ngram+draft_model'; the draft model's are vLLM's "
@@ -265,7 +258,6 @@ class StepCounters:
         policy_seconds: float | None = None,
         num_skipped_draft_steps: int = 0,
         num_catch_up_tokens: int = 0,
-        drafting_scale: float | None = None,
         num_stopped_draft_tokens: int = 0,
     ) -> None:
         """Add one drafting step (one entry per request that drafted).
@@ -297,9 +289,6 @@ class StepCounters:
                 values[_SLOT[field]] += value
             for length, count in enumerate(histogram, start=len(FIELDS)):
                 values[length] += count
-            if drafting_scale is not None:
-                values[_SLOT["drafting_scale_milli"]] = round(
-                    drafting_scale * _SCALE["drafting_scale_milli"])
             self._block.pack_into(self._map, 0, *values)
 
     def _own_change(self, field: str, total: int) -> int:

@@ -32,15 +32,6 @@ _COUNTERS = {
     "stopped_draft_tokens": "vllm:gammatune_stopped_draft_tokens",
 }
 
-#: gammatune_cost's gauge: the scale of its drafting (``Measurement.drafting_scale``)
-DRAFTING_SCALE = "vllm:gammatune_cost_drafting_scale"
-
-
-def read_gauge(llm, name: str) -> float | None:
-    """A gauge's current value (None when the engine does not export it)."""
-    return next((float(m.value) for m in llm.get_metrics() if m.name == name), None)
-
-
 #: a histogram observed once per engine step that emitted tokens: its count
 #: is the number of those steps
 _STEPS_HISTOGRAM = "vllm:iteration_tokens_total"

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from gammatune_tools.bench.counters import DRAFTING_SCALE, read_counters, read_gauge
+from gammatune_tools.bench.counters import read_counters
 from gammatune_tools.bench.records import Measurement
 
 
@@ -93,5 +93,4 @@ def measure(
     return Measurement(method=method, k=k, batch_size=batch_size,
                        num_requests=sum(len(b["indices"]) for b in batches),
                        output_tokens=output_tokens, wall_seconds=wall, batches=batches,
-                       drafting_scale=read_gauge(llm, DRAFTING_SCALE),
                        **delta)

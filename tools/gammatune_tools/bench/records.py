@@ -48,8 +48,6 @@ class Measurement:
     batches: list[dict[str, Any]] = field(default_factory=list)
     skipped_draft_steps: float = 0.0
     catch_up_tokens: float = 0.0
-    #: gammatune_cost: vllm:gammatune_cost_drafting_scale at the end of the cell
-    drafting_scale: float | None = None
     plugin_steps: float = 0.0
     #: engine steps that emitted tokens (vLLM's per-step histogram), every method
     engine_steps: float = 0.0

@@ -7,9 +7,7 @@ parts it owns, one module each:
   probes are planned;
 - ``linear_costs``: the online linear fits of a pass's seconds;
 - ``step_costs``: the policy's target, draft and catch-up fits, each
-  measured timing to its fit and its cycle's check, and the costs of one
-  step they give;
-- ``cycle_check``: the check of the plan's predictions against the clock;
+  measured timing to its fit, and the costs of one step they give;
 - ``acceptance_rates``: each request's acceptance rate;
 - ``planner``: the lengths that maximise expected tokens per second (pure
   functions);

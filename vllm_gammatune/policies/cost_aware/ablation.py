@@ -4,8 +4,7 @@ Each part of ``gammatune_cost`` must earn its place: switched off in turn,
 what it is worth is measured (``docs/cost-aware.md``, "What each part is
 worth"). ``ABLATABLE_PARTS`` are those without a parameter of their own (the
 per-token stop, the pace rule and the margin have theirs: ``token_stop``,
-``keep_pace``, ``min_draft_gain``), and the clock check is
-``CostAwarePolicy``'s ``check_cycles``. Pure Python.
+``keep_pace``, ``min_draft_gain``). Pure Python.
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ from types import MappingProxyType
 
 #: part -> what the policy does without it
 ABLATABLE_PARTS = MappingProxyType({
-    "clock_check": "no check against the clock: the cost model's predictions alone",
     "probes": "no probes: a request at length 0 drafts again only when a plan drafts it",
     "prompt_chunk_rule": "a step with a prompt chunk drafts wherever a decode step would",
     "catch_up_pricing": "plans charge nothing for catch-ups, and no step prices them",
@@ -27,11 +25,9 @@ ABLATABLE_PARTS = MappingProxyType({
 
 
 def ablated_parts(ablate: Collection[str]) -> frozenset[str]:
-    """The parts named, each one of ``ABLATABLE_PARTS`` but the clock check
-    (ValueError otherwise)."""
-    allowed = [part for part in ABLATABLE_PARTS if part != "clock_check"]
-    unknown = sorted(set(ablate) - set(allowed))
+    """The parts named, each one of ``ABLATABLE_PARTS`` (ValueError otherwise)."""
+    unknown = sorted(set(ablate) - set(ABLATABLE_PARTS))
     if unknown:
         raise ValueError(f"ablate: unknown part(s) {', '.join(unknown)}; allowed: "
-                         f"{', '.join(allowed)} (the clock check: check_cycles)")
+                         f"{', '.join(ABLATABLE_PARTS)}")
     return frozenset(ablate)

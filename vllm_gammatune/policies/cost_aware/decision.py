@@ -4,7 +4,7 @@
 is built from it only when read (``last_decision``): the proposer reads it
 only when a trace is written, and building it on every step would add to
 every plan's time for nothing. It is read before the next plan: the catch-up
-price, the drafting share (``DraftingShare``) and the drafting scale it
+price, the drafting share (``DraftingShare``) and the cycle's wall time it
 reports are read at that time, and nothing changes them between a plan and
 the next.
 """
@@ -14,7 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vllm_gammatune.policies.base import BatchView
-from vllm_gammatune.policies.cost_aware.cycle_check import MeasuredCycle
 
 #: weight kept per step by the share of steps that drafted for their own
 #: sake (a window of about 50 steps)
@@ -29,18 +28,13 @@ class StepDecision:
     "draft" (drafting for its own sake, probes may join), "probe" (only
     probes draft) or "price" (a prompt chunk drafted to price catch-ups).
     ``predicted_tokens`` / ``predicted_seconds``: the model's
-    expectation of the chosen plan, before the measured correction
-    ``drafting_scale`` (1.0 while ``informed`` is False: fewer than
-    ``CycleCheck.min_cycles`` drafted cycles measured at this batch size).
+    expectation of the chosen plan.
     ``catch_up_tokens``: the missed positions of the requests that draft;
     ``catch_up_seconds_per_token``: the price of one (``catch_up_line``'s
     slope, None while no catch-up or prompt pass of the draft was timed);
     ``drafting_share``: the policy's share of recent steps that drafted.
-    ``measured_tokens`` / ``measured_seconds``: the previous plan's cycle as
-    the clock measured it (None if it was not measured whole);
-    ``previous_cycle_seconds``: its seconds even when it was not (a batch
-    change, a prefill chunk or more than ``OUTLIER_FACTOR`` times the
-    prediction left it out of the check).
+    ``previous_cycle_seconds``: the wall time from the previous plan to this
+    one (None before one was measured).
     ``step_costs``: the cost fits around this batch size, in seconds:
     (target step, target per token, draft pass, draft per token), the
     coefficients ``fixed_step_costs`` takes.
@@ -58,10 +52,6 @@ class StepDecision:
     drafting_share: float
     predicted_tokens: float
     predicted_seconds: float
-    drafting_scale: float
-    informed: bool
-    measured_tokens: int | None
-    measured_seconds: float | None
     previous_cycle_seconds: float | None
     step_costs: tuple[float, float, float, float]
 
@@ -78,18 +68,14 @@ class PlannedStep:
     batch: BatchView
     predicted_tokens: float
     predicted_seconds: float
-    #: the previous plan's cycle as the clock measured it (None if it was
-    #: not measured whole)
-    measured: MeasuredCycle | None
 
     def decision(self, *, catch_up_seconds_per_token: float | None, drafting_share: float,
-                 drafting_scale: float, informed: bool,
                  previous_cycle_seconds: float | None,
                  step_costs: tuple[float, float, float, float]) -> StepDecision:
         """The step's ``StepDecision``, with what the policy's parts report
         now (read before the next plan, nothing has changed them)."""
         num_reqs = len(self.lengths)
-        batch, measured = self.batch, self.measured
+        batch = self.batch
         return StepDecision(
             batch_size=num_reqs, num_scheduled_tokens=batch.num_scheduled_tokens,
             has_prefill=batch.has_prefill, kind=self.kind,
@@ -101,9 +87,6 @@ class PlannedStep:
             drafting_share=drafting_share,
             predicted_tokens=self.predicted_tokens,
             predicted_seconds=self.predicted_seconds,
-            drafting_scale=drafting_scale, informed=informed,
-            measured_tokens=None if measured is None else measured.tokens,
-            measured_seconds=None if measured is None else measured.seconds,
             previous_cycle_seconds=previous_cycle_seconds, step_costs=step_costs)
 
 

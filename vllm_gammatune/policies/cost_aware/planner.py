@@ -18,9 +18,9 @@ at ratio lambda each request keeps its draft tokens while their marginal
 gain ``a_r^j`` exceeds lambda times a token's marginal cost, in closed form
 (``_lengths_at``); the best ``K`` in ``0..cap`` wins.
 
-- Margin: a plan drafts for its own sake only if, after the clock's
-  correction (``CycleCheck.drafting_scale``), it predicts ``min_draft_gain``
-  more tokens per second than not drafting (the models' error is that size).
+- Margin: a plan drafts for its own sake only if it predicts
+  ``min_draft_gain`` more tokens per second than not drafting (the models'
+  error is that size).
 - Catch-ups: a plan is charged the share ``1 / S`` of a request's catch-up
   (``catch_ups.catch_up_share``), ``S = f R / (f E + 1 - f)``,
   ``E = min(1 / (1 - a), K + 1)``, ``R`` its remaining tokens, ``f`` the
@@ -81,18 +81,18 @@ def padding_is_free(target_base: float, target_slope: float, num_reqs: int,
 
 
 def draft_gain(decode_costs: StepCosts, rates: Sequence[float], plan: Sequence[int],
-               catch_up_tokens: Sequence[int], drafting_scale: float) -> float:
+               catch_up_tokens: Sequence[int]) -> float:
     """``g``: the seconds the plan's expected tokens save at the rate of not
-    drafting, net of its draft passes, after the clock's correction."""
+    drafting, net of its draft passes."""
     tokens, seconds = predicted_step(decode_costs, rates, plan, catch_up_tokens)
     base_tokens, base_seconds = predicted_step(decode_costs, rates, [0] * len(plan),
                                                catch_up_tokens)
-    return tokens * base_seconds / base_tokens - seconds / drafting_scale
+    return tokens * base_seconds / base_tokens - seconds
 
 
 def best_plan(costs: StepCosts, rates: Sequence[float], catch_up_tokens: Sequence[int] = (),
               remaining_tokens: Sequence[int] = (), draft_limits: Sequence[int] = (), *,
-              max_num_draft_tokens: int, drafting_scale: float,
+              max_num_draft_tokens: int,
               min_draft_gain: float, drafting_share: float = 1.0,
               free_plan: Sequence[int] | None = None, keep_pace: bool = False) -> list[int]:
     """The lengths maximising expected tokens per second, 0 for every request
@@ -105,8 +105,6 @@ def best_plan(costs: StepCosts, rates: Sequence[float], catch_up_tokens: Sequenc
             unknown (a catch-up is then charged whole).
         draft_limits: [num_reqs] the most draft tokens each request's
             drafter can offer (``BatchView.draft_limits``), () for the cap.
-        drafting_scale: the factor on a drafted plan's tokens per second
-            (``CycleCheck.drafting_scale``).
         drafting_share: ``f``, the share of steps at this batch size in
             which requests would draft were nothing to catch up (module
             docstring; 1.0: every remaining step).
@@ -126,7 +124,7 @@ def best_plan(costs: StepCosts, rates: Sequence[float], catch_up_tokens: Sequenc
         free = list(free_plan) if free_plan is not None else best_plan(
             costs, rates, draft_limits=draft_limits,
             max_num_draft_tokens=max_num_draft_tokens,
-            drafting_scale=drafting_scale, min_draft_gain=min_draft_gain,
+            min_draft_gain=min_draft_gain,
             keep_pace=keep_pace)
         if max(free, default=0) == 0:
             return free
@@ -146,16 +144,14 @@ def best_plan(costs: StepCosts, rates: Sequence[float], catch_up_tokens: Sequenc
     best = [0] * num_reqs
     if math.isinf(best_ratio):
         return best
-    # a drafted plan's tokens per second times the scale = its cost over it
-    inflate = 1.0 / drafting_scale
-    per_token = costs.per_token * inflate
-    c_base_whole = costs.catch_up_base * inflate
+    per_token = costs.per_token
+    c_base_whole = costs.catch_up_base
     c_base = c_base_whole * catch_up_base_share
-    c_slope = costs.catch_up_per_token * inflate
+    c_slope = costs.catch_up_per_token
     limits = list(draft_limits) or [max_num_draft_tokens] * num_reqs
     log_rates = [math.log(rate) for rate in rates]
     for cap in range(1, min(max_num_draft_tokens, max(limits, default=0)) + 1):
-        fixed = (target_now + costs.first_pass + (cap - 1) * costs.later_pass) * inflate
+        fixed = target_now + costs.first_pass + (cap - 1) * costs.later_pass
         ratio, plan = best_ratio, best
         for _ in range(_DINKELBACH_ITERATIONS):
             lengths, value, cost = _lengths_at(ratio, rates, log_rates, catch_up, cap,
@@ -187,8 +183,8 @@ def _paced(lengths: list[int], fixed: float, rates: Sequence[float],
            charged_base: float) -> tuple[list[int], float, float] | None:
     """``lengths`` with each request that lags raised to the shortest draft
     that keeps its pace: ``E_r(k_r) >= seconds_r / target_now``, the tokens
-    the step's time would give it without drafting, in the inflated seconds
-    of ``best_plan``. ``seconds_r`` is the step as request ``r`` waits
+    the step's time would give it without drafting, in the seconds of
+    ``best_plan``. ``seconds_r`` is the step as request ``r`` waits
     through it: its own catch-up at its share (``catch_up``: [num_reqs]
     charged tokens), an investment in its later drafts, and every other
     drafting request's whole (``missed``: [num_reqs] tokens; the base whole

@@ -12,23 +12,18 @@ The policy owns its parts and passes each what it needs (the package's
 
 Each step's plan (``plan_batch``) goes through, in order:
 
-1. the check against the clock: the previous plan's cycle, as measured,
-   corrects the model's view of drafting, and the probe budget settles
-   what its probes lost;
-2. warm-up: until both cost fits have samples, every request drafts
+1. warm-up: until both cost fits have samples, every request drafts
    ``warmup_num_draft_tokens``;
-3. pricing: a prompt chunk while nothing has priced a catch-up drafts to
+2. pricing: a prompt chunk while nothing has priced a catch-up drafts to
    time the draft's pass over it (``catch_ups.price_plan``);
-4. the plan: the lengths maximising expected tokens per second, drafted
+3. the plan: the lengths maximising expected tokens per second, drafted
    only if every request that can draft keeps pace (``step_plans``);
-5. probes: requests at length 0 that are due draft one token, within the
+4. probes: requests at length 0 that are due draft one token, within the
    engine's probe budget;
-6. the check against the clock opens this plan's cycle with its prediction
-   (not where free drafts are verified: ``free_drafts``);
-7. the per-token stop: in a decode step, a request that drafts for its own
+5. the per-token stop: in a decode step, a request that drafts for its own
    sake may draft up to the cap, until its next token would not pay (off
    for a drafter that keeps every pass it runs, ``adapt_to_drafter``);
-8. the record of the decision, for traces (``decision``).
+6. the record of the decision, for traces (``decision``).
 """
 
 from __future__ import annotations
@@ -46,7 +41,6 @@ from vllm_gammatune.policies.contracts import (
 from vllm_gammatune.policies.cost_aware.ablation import ablated_parts
 from vllm_gammatune.policies.cost_aware.acceptance_rates import AcceptanceRates
 from vllm_gammatune.policies.cost_aware.catch_ups import CatchUpShares, price_plan
-from vllm_gammatune.policies.cost_aware.cycle_check import CycleCheck, MeasuredCycle
 from vllm_gammatune.policies.cost_aware.decision import (
     DraftingShare,
     PlannedStep,
@@ -87,8 +81,6 @@ class CostAwarePolicy(DraftLengthPolicy, TokenRule, CostObserver, FreeDraftPlann
         warmup_num_draft_tokens: length drafted while the step costs are not
             measured yet (both costs need a few samples).
         target_cost, draft_cost: fixed costs instead of measured ones.
-        check_cycles: correct drafted plans by their measured efficiency
-            against the model's (``CycleCheck``); off: the model alone.
         probe_budget: the share of predicted engine time that probes may lose
             in steps that would not draft otherwise (1.0: no limit).
         min_draft_gain: a step drafts (beyond probes) only if its predicted
@@ -110,7 +102,6 @@ class CostAwarePolicy(DraftLengthPolicy, TokenRule, CostObserver, FreeDraftPlann
         warmup_num_draft_tokens: int = 2,
         target_cost: FixedLinearCost | None = None,
         draft_cost: FixedLinearCost | None = None,
-        check_cycles: bool = True,
         probe_budget: float = 0.01,
         min_draft_gain: float = 0.05,
         token_stop: bool = True,
@@ -128,7 +119,6 @@ class CostAwarePolicy(DraftLengthPolicy, TokenRule, CostObserver, FreeDraftPlann
         self.costs = CostFits(target_cost, draft_cost)
         if "catch_up_pricing" in self.ablated:
             self.costs.without_catch_ups()
-        self.cycle_check = CycleCheck() if check_cycles else None
         prior_weight = 0.0 if "shrinkage" in self.ablated else prior_weight
         self.acceptance = AcceptanceRates(memory, prior_weight)
         #: the acceptance of free drafts (an n-gram's), per request and
@@ -143,10 +133,6 @@ class CostAwarePolicy(DraftLengthPolicy, TokenRule, CostObserver, FreeDraftPlann
         #: step the next plan is of (``StepObservation.step``)
         self._planned: PlannedStep | None = None
         self._step = 0
-        #: the step of the last plan, and the step through which the last
-        #: observation settled every cycle (None: the last plan's)
-        self._planned_at = 0
-        self._settled: int | None = None
 
     def adapt_to_drafter(self, traits: DrafterTraits) -> None:
         """A drafter without early exit pays for every planned pass and
@@ -166,21 +152,17 @@ class CostAwarePolicy(DraftLengthPolicy, TokenRule, CostObserver, FreeDraftPlann
     # -- what the engine observed -----------------------------------------------
     def observe_step(self, observation: StepObservation,
                      states: MutableMapping[str, CostAwareState]) -> None:
-        """The last step's drafting, then its verifications, then the target
-        step: the order they happened in (``policies.observation``)."""
+        """The verifications, then each measured cycle's timings, drafting
+        before target, in the order they happened (``policies.observation``)."""
         self._step = observation.step
-        self._settled = observation.verified_through
-        for cycle in observation.cycles:
-            self.observe_costs(cycle.drafting, cycle.step)
         super().observe_step(observation, states)
         for cycle in observation.cycles:
-            self.observe_costs(cycle.target, cycle.step)
+            self.observe_costs(cycle.drafting)
+            self.observe_costs(cycle.target)
 
-    def observe_costs(self, timings: Sequence[Timing], step: int | None = None) -> None:
-        """Each timing feeds its fit, and the check of the cycle planned at
-        ``step`` (None: the last plan's)."""
-        self.costs.feed(timings, self._planned_at if step is None else step,
-                        self.cycle_check, self.token_stop.seconds_per_pass)
+    def observe_costs(self, timings: Sequence[Timing]) -> None:
+        """Each timing feeds its fit."""
+        self.costs.feed(timings)
 
     def new_state(self) -> CostAwareState:
         return CostAwareState()
@@ -196,18 +178,8 @@ class CostAwarePolicy(DraftLengthPolicy, TokenRule, CostObserver, FreeDraftPlann
         self.acceptance.observe(state.acceptance, num_draft_tokens, num_accepted_tokens)
         self.probes.on_verified(state.probes, num_draft_tokens, num_accepted_tokens,
                                 verification.num_reqs)
-        step, check = verification.step, self.cycle_check
-        # the rule's estimate, made before its labels train the model
-        revision = (None if check is None else
-                    self.token_stop.revision(state.token_rule, step, num_draft_tokens))
-        self.token_stop.learn(state.token_rule, step, num_draft_tokens, num_accepted_tokens)
-        if check is not None:
-            # a ruled draft counts the tokens the rule expected of it: the
-            # clock's check of the costs is spared the noise of acceptance
-            if revision is not None:
-                check.revise(step, revision.tokens, revision.seconds)
-                num_accepted_tokens = revision.accepted_tokens
-            check.on_accepted(step, num_accepted_tokens)
+        self.token_stop.learn(state.token_rule, verification.step, num_draft_tokens,
+                              num_accepted_tokens)
         return state
 
     # -- free drafts, per-token decisions ------------------------------------------
@@ -223,8 +195,7 @@ class CostAwarePolicy(DraftLengthPolicy, TokenRule, CostObserver, FreeDraftPlann
             return [0] * num_reqs
         costs = self.costs.at(batch.num_scheduled_tokens, num_reqs)
         rates = self._rates(states)
-        scale = self._drafting_scale(num_reqs)
-        model_plan = self.rules.best(costs, rates, batch, scale,
+        model_plan = self.rules.best(costs, rates, batch,
                                      self.catch_up_shares.free_drafting.at(num_reqs))
         return free_draft_lengths(costs, self.free_acceptance.rates(
             [s.free_drafts for s in states]), rates, offers, self.max_num_draft_tokens,
@@ -244,85 +215,61 @@ class CostAwarePolicy(DraftLengthPolicy, TokenRule, CostObserver, FreeDraftPlann
         num_reqs = len(states)
         no_probes = [False] * num_reqs
         probe_records = [s.probes for s in states]
-        # 1. the cycles now verified and timed, as the clock measured them
-        measured = self._settle_cycles()
-        self._planned_at, self._settled = self._step, None
-        # 2. warm-up
+        # 1. warm-up
         if not self.costs.ready:
             plan = [self.warmup_num_draft_tokens] * num_reqs
             self.token_stop.begin_draft(states, self._step)
             self.probes.advance(probe_records, plan, no_probes)
             self.drafting.count(plan)
-            return self._decided("warmup", plan, plan, no_probes, batch, measured)
-        # 3. pricing a catch-up
+            return self._decided("warmup", plan, plan, no_probes, batch)
+        # 2. pricing a catch-up
         if batch.has_prefill and self.costs.catch_up_line(num_reqs) is None:
             plan = price_plan(batch.catch_up_tokens, num_reqs)
             self.prompt_chunks.step_planned(batch.has_prefill, plan)
             self.token_stop.begin_draft(states, self._step)
-            return self._decided("price", plan, plan, no_probes, batch, measured)
-        # 4. the plan
+            return self._decided("price", plan, plan, no_probes, batch)
+        # 3. the plan
         rates = self._rates(states)
         costs = self.costs.at(batch.num_scheduled_tokens, num_reqs)
-        scale = self._drafting_scale(num_reqs)
         if batch.has_prefill:
-            plan = self.rules.prompt_step(self.costs, rates, batch, scale,
-                                          self.prompt_chunks, self.catch_up_shares)
+            plan = self.rules.prompt_step(self.costs, rates, batch, self.prompt_chunks,
+                                          self.catch_up_shares)
         else:
-            plan = self.rules.decode_step(costs, rates, batch, scale, self.catch_up_shares)
+            plan = self.rules.decode_step(costs, rates, batch, self.catch_up_shares)
         self.prompt_chunks.step_planned(batch.has_prefill, plan)
         self.drafting.count(plan)
-        # 5. probes (``probe_scheduler``)
+        # 4. probes (``probe_scheduler``)
         limits = self.rules.probe_limits(self.probes, probe_records, plan, costs, batch,
                                          self.catch_up_shares)
         probed = self.probes.add_probes(probe_records, plan, max(limits) > 0, costs, rates,
-                                        batch.catch_up_tokens, limits, self._step)
+                                        batch.catch_up_tokens, limits)
         self.probes.advance(probe_records, plan, probed.probes)
-        # 6. this plan's cycle, to be measured; not a cycle with free drafts,
-        # whose verification the plan's prediction does not hold
-        if self.cycle_check is not None and not any(batch.free_draft_tokens):
-            self.cycle_check.open(self._step, num_reqs, max(probed.lengths, default=0),
-                                  probed.predicted_tokens, probed.predicted_seconds)
-        # 7. the per-token stop
-        lengths = self._ruled_lengths(states, batch, rates, costs, scale, plan,
-                                      probed.lengths)
+        # 5. the per-token stop
+        lengths = self._ruled_lengths(states, batch, rates, costs, plan, probed.lengths)
         if batch.draft_limits:  # a ruled draft's cap included
             lengths = [min(k, limit) for k, limit in zip(lengths, batch.draft_limits)]
-        # 8. the record
+        # 6. the record
         kind = ("draft" if max(plan, default=0) > 0 else "probe" if any(probed.probes)
                 else "skip")
-        return self._decided(kind, lengths, probed.lengths, probed.probes, batch, measured,
+        return self._decided(kind, lengths, probed.lengths, probed.probes, batch,
                              probed.predicted_tokens, probed.predicted_seconds)
 
     def _decided(self, kind: str, lengths: list[int], planned: list[int],
-                 probes: list[bool], batch: BatchView, measured: MeasuredCycle | None,
-                 predicted_tokens: float = 0.0, predicted_seconds: float = 0.0) -> list[int]:
+                 probes: list[bool], batch: BatchView, predicted_tokens: float = 0.0,
+                 predicted_seconds: float = 0.0) -> list[int]:
         """Every branch of ``plan_batch`` ends here: the decision is kept for
         ``last_decision`` and the drafter gets ``lengths``."""
         self._planned = PlannedStep(kind, planned, probes, batch, predicted_tokens,
-                                    predicted_seconds, measured)
+                                    predicted_seconds)
         return lengths
-
-    def _settle_cycles(self) -> MeasuredCycle | None:
-        """Close the cycles verified and timed whole since the last plan
-        (``StepObservation.verified_through``), each settling its probes;
-        what the newest measured, for the trace."""
-        settled = self._planned_at if self._settled is None else self._settled
-        closed = [] if self.cycle_check is None else self.cycle_check.close_through(settled)
-        self.probes.settle(settled, dict(closed))
-        return closed[-1][1] if closed else None
 
     def _rates(self, states: list[CostAwareState]) -> list[float]:
         """[num_reqs] the draft model's acceptance rate of each request."""
         return self.acceptance.rates([s.acceptance for s in states])
 
-    def _drafting_scale(self, num_reqs: int) -> float:
-        """The clock's correction of a drafted plan at this batch size
-        (``CycleCheck.drafting_scale``; 1.0 without the check)."""
-        return 1.0 if self.cycle_check is None else self.cycle_check.drafting_scale(num_reqs)
-
     def _ruled_lengths(self, states: list[CostAwareState], batch: BatchView,
-                       rates: list[float], costs: StepCosts, drafting_scale: float,
-                       plan: list[int], lengths: list[int]) -> list[int]:
+                       rates: list[float], costs: StepCosts, plan: list[int],
+                       lengths: list[int]) -> list[int]:
         """The lengths the drafter drafts: in a decode step, a request that
         drafts for its own sake gets the cap, and the per-token stop ends its
         draft where the next token stops paying, priced at the rate the plan
@@ -331,9 +278,9 @@ class CostAwarePolicy(DraftLengthPolicy, TokenRule, CostObserver, FreeDraftPlann
         prices = None
         if any(ruled) and self.token_stop.enabled:
             tokens, seconds = predicted_step(costs, rates, plan, batch.catch_up_tokens)
-            prices = TokenPrices(rate=drafting_scale * tokens / seconds,
-                                 per_token=costs.per_token, per_pass=costs.later_pass)
-        self.token_stop.begin_draft(states, self._step, prices, ruled, lengths, rates)
+            prices = TokenPrices(rate=tokens / seconds, per_token=costs.per_token,
+                                 per_pass=costs.later_pass)
+        self.token_stop.begin_draft(states, self._step, prices, ruled)
         if prices is None:
             return lengths
         return [self.max_num_draft_tokens if r else k for r, k in zip(ruled, lengths)]
@@ -348,20 +295,13 @@ class CostAwarePolicy(DraftLengthPolicy, TokenRule, CostObserver, FreeDraftPlann
             return None
         num_reqs = len(planned.lengths)
         line = self.costs.catch_up_line(num_reqs)
-        scale, informed = self.drafting_scale(num_reqs) or (1.0, False)
         return planned.decision(
             catch_up_seconds_per_token=None if line is None else line[1],
-            drafting_share=self.drafting.share, drafting_scale=scale, informed=informed,
-            previous_cycle_seconds=(None if self.cycle_check is None
-                                    else self.cycle_check.last_seconds),
+            drafting_share=self.drafting.share,
+            previous_cycle_seconds=self.costs.last_cycle_seconds,
             step_costs=self.costs.coefficients(num_reqs))
 
     def verification_details(self, state: CostAwareState,
                              verification: Verification) -> dict:
         return self.token_stop.verification_details(state.token_rule, verification.step,
                                                     verification.num_draft_tokens)
-
-    def drafting_scale(self, num_reqs: int) -> tuple[float, bool] | None:
-        check = self.cycle_check
-        return None if check is None else (check.drafting_scale(num_reqs),
-                                           check.is_informed(num_reqs))

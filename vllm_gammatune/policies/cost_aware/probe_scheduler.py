@@ -29,20 +29,18 @@ the seconds such probes lose (their step's time minus what its expected
 tokens would take at the rate of the step without them) stay within
 ``budget`` of the predicted engine time over a decayed window of about 200
 steps, the probe about to run included. The window counts as full from the
-first step, so a young engine may probe at once. Once a probe's step is
-measured whole (``cycle_check``), its measured loss replaces the predicted
-one (``settle``). Without the budget, under request churn probing would
-never back off, since every new request probes at once.
+first step, so a young engine may probe at once. Without the budget, under
+request churn probing would never back off, since every new request probes
+at once.
 
 Why each rule, with the runs behind it: ``docs/cost-aware.md``, "Probing".
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from vllm_gammatune.policies.cost_aware.cycle_check import MeasuredCycle
 from vllm_gammatune.policies.cost_aware.planner import predicted_step
 from vllm_gammatune.policies.cost_aware.request_state import ProbeRecord
 from vllm_gammatune.policies.cost_aware.step_costs import StepCosts
@@ -87,22 +85,6 @@ class ProbeScheduler:
         self._probe_seconds = 0.0
         self._engine_seconds = 0.0
         self._engine_steps = 0.0
-        #: the step of a plan the probes made draft -> (predicted lost
-        #: seconds, predicted seconds per token without the probes), until
-        #: its cycle is settled
-        self._open_probes: dict[int, tuple[float, float]] = {}
-
-    def settle(self, through: int, measured: Mapping[int, MeasuredCycle | None]) -> None:
-        """The cycles planned at or before ``through`` are settled: where a
-        probed one was measured whole (``measured``: step -> cycle), what it
-        lost replaces the prediction charged to the budget when it was
-        planned."""
-        for step in sorted(s for s in self._open_probes if s <= through):
-            predicted_lost, seconds_per_token = self._open_probes.pop(step)
-            cycle = measured.get(step)
-            if cycle is not None:
-                lost = max(0.0, cycle.seconds - cycle.tokens * seconds_per_token)
-                self._probe_seconds = max(0.0, self._probe_seconds + lost - predicted_lost)
 
     @staticmethod
     def is_due(state: ProbeRecord, num_draft_tokens: int) -> bool:
@@ -115,8 +97,8 @@ class ProbeScheduler:
     def add_probes(self, states: list[ProbeRecord], plan: list[int], may_probe: bool,
                    costs: StepCosts, rates: Sequence[float],
                    catch_up_tokens: Sequence[int],
-                   draft_limits: Sequence[int] = (), step: int = 0) -> ProbedPlan:
-        """The plan of ``step`` with its probes (none unless ``may_probe``;
+                   draft_limits: Sequence[int] = ()) -> ProbedPlan:
+        """The plan with its probes (none unless ``may_probe``;
         none for a request whose ``draft_limits`` is 0: its drafter has
         nothing to offer, or not even a draft that is always right would
         pay), priced at ``costs``; charges the budget."""
@@ -134,8 +116,6 @@ class ProbeScheduler:
             if max(plan) == 0 and self._probe_seconds + lost > self._allowance(seconds):
                 probes, probed, lost = [False] * len(plan), plan, 0.0
                 tokens, seconds = base_tokens, base_seconds
-            elif max(plan) == 0:
-                self._open_probes[step] = (lost, base_seconds / base_tokens)
         self._probe_seconds = _BUDGET_MEMORY * self._probe_seconds + lost
         self._engine_seconds = _BUDGET_MEMORY * self._engine_seconds + seconds
         self._engine_steps = _BUDGET_MEMORY * self._engine_steps + 1.0

@@ -38,44 +38,23 @@ class ProbeRecord:
     probing: bool = False
 
 
-@dataclass(frozen=True)
-class TokenPrices:
-    """What one more draft token of a step is measured against (``token_stop``)."""
-
-    #: R: tokens per second the step's plan is expected to make
-    rate: float
-    #: seconds of one more draft token (verification + next first pass)
-    per_token: float
-    #: seconds of one more draft pass over the batch
-    per_pass: float
-
-
 @dataclass(slots=True)
 class TokenDraft:
     """A request's draft of one step, as the per-token stop sees it: made
     when a plan starts it (``TokenStop.begin_draft``), filled token by token
     while it is drafted (``draft_on``), read when its verification arrives
-    (``revision``, ``learn``)."""
+    (``learn``)."""
 
     #: the step whose plan made it (``StepObservation.step``)
     step: int = 0
-    #: the step's prices where the per-token stop governs this draft, else None
-    prices: TokenPrices | None = None
+    #: the per-token stop governs this draft
+    ruled: bool = False
     #: estimated chance that every token drafted so far is accepted
     survival: float = 1.0
     #: logit(q) of each drafted token, until its verification
     features: list[float] = field(default_factory=list)
     #: the estimated acceptance of each of them, as predicted when drafted
     predicted: list[float] = field(default_factory=list)
-    #: the step plan's length for this request and the tokens it expected of
-    #: it, where the rule governs the draft
-    planned_length: int = 0
-    planned_tokens: float = 0.0
-
-    @property
-    def ruled(self) -> bool:
-        """The per-token stop governs this draft."""
-        return self.prices is not None
 
 
 @dataclass(slots=True)

@@ -1,6 +1,6 @@
 """The policy's costs: its fits of the target step, the draft pass and the
-catch-up pass (``linear_costs``), which each measured timing feeds (with the
-check of its cycle, ``cycle_check``), and the costs of one step they give.
+catch-up pass (``linear_costs``), which each measured timing feeds, and the
+costs of one step they give.
 
 The target step and the draft's decode pass are fitted around the batch size
 (``BatchLocalLinearCost``). A catch-up is priced by its own fit
@@ -17,7 +17,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from vllm_gammatune.policies.cost_aware.cycle_check import CycleCheck
 from vllm_gammatune.policies.cost_aware.linear_costs import (
     BatchLocalLinearCost,
     FixedLinearCost,
@@ -26,7 +25,6 @@ from vllm_gammatune.policies.observation import (
     CatchUpPassTiming,
     CycleWallTime,
     DraftPassTiming,
-    PassesRun,
     TargetStepTiming,
     Timing,
 )
@@ -60,6 +58,8 @@ class CostFits:
         #: before is exactly the sample the fit needs).
         self.catch_up = (BatchLocalLinearCost(locality=0.0, drop_outliers=False)
                          if draft_cost is None else draft_cost)
+        #: the last wall time from one plan to the next (traces); None before one
+        self.last_cycle_seconds: float | None = None
 
     def without_catch_ups(self) -> None:
         """The drafter keeps no draft KV cache (an n-gram lookup): nothing
@@ -71,34 +71,19 @@ class CostFits:
         """Both the target and the draft fit have their samples."""
         return self.target.ready and self.draft.ready
 
-    def feed(self, timings: Sequence[Timing], step: int, check: CycleCheck | None,
-             seconds_per_pass: float) -> None:
-        """Each timing of the cycle planned at ``step``, in the order measured,
-        to its fit and (with a check) to the cycle's check. A fit learns from
-        every timing, whenever it arrives; a cycle closed before its timings
-        arrived (a device's timings read late) is not checked.
-        ``seconds_per_pass`` prices the passes a per-token stop added to or
-        cut from the plan."""
+    def feed(self, timings: Sequence[Timing]) -> None:
+        """Each timing to its fit, in the order measured: a fit learns from
+        every timing, whenever it arrives. The wall time from one plan to the
+        next is kept for the trace (``last_cycle_seconds``)."""
         for timing in timings:
             if isinstance(timing, TargetStepTiming):
                 self.target.add(timing.num_scheduled_tokens, timing.seconds, timing.num_reqs)
-                if check is not None:
-                    check.on_target_step(step, timing.seconds, timing.num_reqs)
             elif isinstance(timing, DraftPassTiming):
                 self.draft.add(timing.num_tokens, timing.seconds, timing.num_reqs)
-                if check is not None:
-                    check.on_draft_pass(step, timing.seconds)
             elif isinstance(timing, CatchUpPassTiming):
                 self.catch_up.add(timing.num_tokens, timing.seconds)
-                if check is not None:
-                    check.on_catch_up_pass(step, timing.seconds)
-            elif check is None:
-                continue
-            elif isinstance(timing, PassesRun):
-                # the per-token stop may end a step before its planned passes
-                check.on_draft_passes_run(step, timing.num_passes, seconds_per_pass)
             elif isinstance(timing, CycleWallTime):
-                check.on_wall_time(step, timing.seconds)
+                self.last_cycle_seconds = timing.seconds
 
     def catch_up_line(self, num_reqs: int) -> tuple[float, float] | None:
         """(base, per token) seconds of a catch-up pass: the catch-up fit

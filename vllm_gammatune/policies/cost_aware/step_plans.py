@@ -40,32 +40,29 @@ class PlanRules:
     ablated: frozenset[str] = frozenset()
 
     def best(self, costs: StepCosts, rates: Sequence[float], batch: BatchView,
-             drafting_scale: float, drafting_share: float = 1.0,
+             drafting_share: float = 1.0,
              free_plan: list[int] | None = None) -> list[int]:
         """``planner.best_plan`` for the step's requests."""
         return best_plan(costs, rates, batch.catch_up_tokens, batch.remaining_tokens,
                          batch.draft_limits, max_num_draft_tokens=self.max_num_draft_tokens,
-                         drafting_scale=drafting_scale, min_draft_gain=self.min_draft_gain,
-                         drafting_share=drafting_share, free_plan=free_plan,
+                         min_draft_gain=self.min_draft_gain, drafting_share=drafting_share, free_plan=free_plan,
                          keep_pace=self.keep_pace)
 
     def decode_step(self, costs: StepCosts, rates: list[float], batch: BatchView,
-                    drafting_scale: float, shares: CatchUpShares) -> list[int]:
+                    shares: CatchUpShares) -> list[int]:
         """A decode step's plan; its plan without catch-ups teaches ``f``."""
         num_reqs = len(rates)
         free = best_plan(costs, rates, draft_limits=batch.draft_limits,
                          max_num_draft_tokens=self.max_num_draft_tokens,
-                         drafting_scale=drafting_scale, min_draft_gain=self.min_draft_gain,
-                         keep_pace=self.keep_pace)
+                         min_draft_gain=self.min_draft_gain, keep_pace=self.keep_pace)
         shares.free_drafting.add_plan(free)
         plan = free if not any(batch.catch_up_tokens) else self.best(
-            costs, rates, batch, drafting_scale, shares.free_drafting.at(num_reqs), free)
+            costs, rates, batch, shares.free_drafting.at(num_reqs), free)
         shares.planned_drafting.add_plan(plan)
         return plan
 
     def prompt_step(self, fits: CostFits, rates: list[float], batch: BatchView,
-                    drafting_scale: float, chunks: PromptChunks,
-                    shares: CatchUpShares) -> list[int]:
+                    chunks: PromptChunks, shares: CatchUpShares) -> list[int]:
         """A step with a prompt chunk: a decode step's plan, or none."""
         num_reqs = len(rates)
         chunk_rule = "prompt_chunk_rule" not in self.ablated
@@ -73,13 +70,13 @@ class PlanRules:
             return [0] * num_reqs  # most requests do not draft later: wait
         # lengths as in a decode step: the first pass over one token each
         decode_costs = fits.at(num_reqs, num_reqs)
-        plan = self.best(decode_costs, rates, batch, drafting_scale,
+        plan = self.best(decode_costs, rates, batch,
                          shares.free_drafting.at(num_reqs))
         if max(plan, default=0) == 0 or not chunk_rule:
             return plan
         catch_up_line = fits.catch_up_line(num_reqs)
         assert catch_up_line is not None, "plan_batch prices catch-ups first"
-        gain = draft_gain(decode_costs, rates, plan, batch.catch_up_tokens, drafting_scale)
+        gain = draft_gain(decode_costs, rates, plan, batch.catch_up_tokens)
         chunk_seconds = catch_up_line[1] * max(0, batch.num_scheduled_tokens - num_reqs)
         return plan if chunks.drafts(gain, chunk_seconds, num_reqs) else [0] * num_reqs
 
@@ -96,7 +93,7 @@ class PlanRules:
         deferred = batch.has_prefill and max(plan, default=0) == 0
         if "probes" in self.ablated or deferred or not probes.any_due(records, plan) or (
                 max(plan) == 0
-                and max(self.best(costs, [MAX_RATE] * num_reqs, batch, 1.0,
+                and max(self.best(costs, [MAX_RATE] * num_reqs, batch,
                                   shares.free_drafting.at(num_reqs))) == 0):
             return [0] * num_reqs
         return probe_ceiling(costs, num_reqs, batch.catch_up_tokens, batch.remaining_tokens,

@@ -14,7 +14,7 @@ acceptance (``token_acceptance``), whether to go on:
   (both from the policy's cost fits, ``step_costs``, around the batch size);
 - the step maximises tokens per second, so a token pays when it adds tokens
   faster than the engine makes them: at ``R``, the plan's expected tokens per
-  second (with the clock's correction, ``cycle_check``). This is the
+  second. This is the
   marginal condition of the ratio's maximum (Dinkelbach), as in the
   planner, applied with the evidence of each drafted token.
 
@@ -43,17 +43,27 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from vllm_gammatune.policies.cost_aware.acceptance_rates import expected_tokens
 from vllm_gammatune.policies.cost_aware.request_state import (
     CostAwareState,
     TokenDraft,
-    TokenPrices,
     TokenRuleRecord,
 )
 from vllm_gammatune.policies.cost_aware.token_acceptance import (
     TokenAcceptanceModel,
     logit,
 )
+
+
+@dataclass(frozen=True)
+class TokenPrices:
+    """What one more draft token of a step is measured against."""
+
+    #: R: tokens per second the step's plan is expected to make
+    rate: float
+    #: seconds of one more draft token (verification + next first pass)
+    per_token: float
+    #: seconds of one more draft pass over the batch
+    per_pass: float
 
 
 def judge_token(model: TokenAcceptanceModel, feature: float, position: int,
@@ -97,18 +107,6 @@ def rule_draft(features: Sequence[float], model: TokenAcceptanceModel,
     return drafted, drafted
 
 
-@dataclass(frozen=True)
-class CycleRevision:
-    """What a ruled draft changes in its cycle's prediction (``cycle_check``)."""
-
-    #: tokens of the draft the rule expected to be accepted (the survivals
-    #: of the tokens kept)
-    accepted_tokens: float
-    #: added to the cycle's predicted tokens and seconds
-    tokens: float
-    seconds: float
-
-
 class TokenStop:
     """The rule's prices for the step being drafted, and its token model.
 
@@ -127,27 +125,15 @@ class TokenStop:
         #: prices of the step being drafted, None where the rule is off
         self._prices: TokenPrices | None = None
 
-    @property
-    def seconds_per_pass(self) -> float:
-        """The price of one more draft pass of the step being drafted (0
-        where the rule does not act)."""
-        return 0.0 if self._prices is None else self._prices.per_pass
-
     def begin_draft(self, states: list[CostAwareState], step: int,
-                    prices: TokenPrices | None = None, ruled: Sequence[bool] = (),
-                    lengths: Sequence[int] = (), rates: Sequence[float] = ()) -> None:
+                    prices: TokenPrices | None = None, ruled: Sequence[bool] = ()) -> None:
         """The plan of ``step`` was made: each request's draft starts afresh.
         With ``prices``, the rule governs the drafts of the requests
-        ``ruled``, which the plan gave ``lengths`` at acceptance ``rates``
-        (all [num_reqs]); without, it governs none this step."""
+        ``ruled`` ([num_reqs]); without, it governs none this step."""
         self._prices = prices
         for i, state in enumerate(states):
-            draft = TokenDraft(step=step)
-            if prices is not None and ruled[i]:
-                draft.prices = prices
-                draft.planned_length = lengths[i]
-                draft.planned_tokens = expected_tokens(rates[i], lengths[i])
-            state.token_rule.start_draft(draft)
+            state.token_rule.start_draft(TokenDraft(step=step, ruled=prices is not None
+                                                    and ruled[i]))
 
     def draft_on(self, states: list[CostAwareState], position: int,
                  token_probs: Sequence[float], active: Sequence[bool]) -> list[int | None]:
@@ -182,24 +168,6 @@ class TokenStop:
             for i, _ in going_on:
                 decisions[i] = position
         return decisions
-
-    def revision(self, record: TokenRuleRecord, step: int,
-                 num_draft_tokens: int) -> CycleRevision | None:
-        """A ruled request's draft of ``num_draft_tokens``, planned at
-        ``step``, was verified: the cycle's prediction counts its tokens as
-        the rule estimated them (1 + the survivals of the tokens kept) and
-        their verification, instead of the plan's length and geometric
-        expectation. None: not a ruled draft."""
-        draft = record.draft_of(step)
-        if draft.prices is None:
-            return None
-        expected, survival = 0.0, 1.0
-        for alpha in draft.predicted[:num_draft_tokens]:
-            survival *= alpha
-            expected += survival
-        return CycleRevision(
-            accepted_tokens=expected, tokens=1.0 + expected - draft.planned_tokens,
-            seconds=(num_draft_tokens - draft.planned_length) * draft.prices.per_token)
 
     def learn(self, record: TokenRuleRecord, step: int, num_draft_tokens: int,
               num_accepted_tokens: int) -> None:
