@@ -266,37 +266,3 @@ def test_without_early_exit_a_ruled_draft_is_planned_at_the_plans_length():
     assert lengths(False) == [8]
     planned = lengths(True)
     assert 0 < planned[0] < 8
-
-
-def test_padded_verification_is_a_drafted_steps_fixed_cost_so_the_plan_is_uniform():
-    """Where every drafted step verifies the cap for each request whatever
-    the plan (the CUDA hot path's padded drafts), the verification is paid
-    once a step drafts and a longer draft costs its passes alone: every
-    request without a catch-up drafts the step's length (it keeps every
-    pass's token anyway). Where verification is next to free (a GPU) that
-    drafts at least as long as a plan paying per verified token; where it is
-    dear (a CPU, 20% of a step per token) the padded step does not pay at
-    all. A request whose catch-up does not pay stays out."""
-    gpu = (FixedLinearCost(0.020, 0.00005), FixedLinearCost(0.004, 0.00001))
-    cpu = (FixedLinearCost(0.10, 0.02), FixedLinearCost(0.04, 0.002))
-
-    def plan(padded_to, costs, accepted=(4, 3, 2), catch_up=(0, 0, 0), remaining=200,
-             keep_pace=True):
-        policy = CostAwarePolicy(8, target_cost=costs[0], draft_cost=costs[1],
-                                 keep_pace=keep_pace)
-        policy.adapt_to_drafter(DrafterTraits(runs_every_planned_pass=True,
-                                              verifies_padded_to=padded_to))
-        states = [policy.new_state() for _ in range(3)]
-        for state, n in zip(states, accepted):  # rates differ
-            for _ in range(20):
-                policy.observe(state, Verification("r", 0, 4, n, num_reqs=3))
-            state.probes.probe_interval = policy.probes.probe_interval
-        return policy.plan_batch(states, BatchView(3, 3, catch_up_tokens=catch_up,
-                                                   remaining_tokens=(200, 200, remaining)))
-
-    own, padded = plan(None, gpu), plan(8, gpu)
-    assert len(set(padded)) == 1 and padded[0] >= max(own) > 0
-    lagging = plan(8, gpu, catch_up=(0, 0, 3000), remaining=2, keep_pace=False)
-    assert lagging[2] == 0 and lagging[0] == lagging[1] > 0
-    assert max(plan(None, cpu, (4, 4, 3), keep_pace=False)) > 0
-    assert plan(8, cpu, (4, 4, 3), keep_pace=False) == [0, 0, 0]

@@ -86,9 +86,7 @@ class AdaptiveDraftModelProposer(DraftModelProposer, PluginDrafter):
         #: the draft model (catching it up before a request drafts again)
         plans_from_costs = isinstance(policy, CostObserver)
         if self.hot_path and plans_from_costs:
-            policy.adapt_to_drafter(DrafterTraits(
-                runs_every_planned_pass=True,
-                verifies_padded_to=settings.num_speculative_tokens))
+            policy.adapt_to_drafter(DrafterTraits(runs_every_planned_pass=True))
         self._runner = runner
         #: where the draft's KV cache lacks positions (a skipped step's)
         self.draft_kv_holes = DraftKVHoles()

@@ -91,10 +91,6 @@ class DrafterTraits:
     #: token they produce, so a per-token stop decides nothing (the CUDA
     #: hot path, ``docs/cuda.md``)
     runs_every_planned_pass: bool = False
-    #: every drafted step verifies this many draft positions per request,
-    #: whatever the plan (drafts padded for the FULL CUDA graph, the CUDA hot
-    #: path); None: each request verifies its own draft
-    verifies_padded_to: int | None = None
     #: it keeps a draft KV cache that a skipped step leaves behind (an
     #: n-gram lookup has none, so nothing is ever caught up)
     keeps_draft_kv: bool = True

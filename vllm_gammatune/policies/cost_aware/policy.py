@@ -137,17 +137,11 @@ class CostAwarePolicy(DraftLengthPolicy, TokenRule, CostObserver, FreeDraftPlann
     def adapt_to_drafter(self, traits: DrafterTraits) -> None:
         """A drafter without early exit pays for every planned pass and
         keeps every token they produce, so the per-token stop decides
-        nothing there: off, each draft gets the plan's length; where every
-        drafted step verifies the cap for each request whatever the plan
-        (padded drafts), that verification is a drafted step's fixed cost
-        and a longer draft costs its passes alone (``CostFits.at``): the
-        plan drafts every request that can to the step's length; a drafter
+        nothing there: off, each draft gets the plan's length; a drafter
         without a draft KV cache has no catch-up to price
         (``CostFits.without_catch_ups``)."""
         if traits.runs_every_planned_pass:
             self.token_stop.enabled = False
-        if traits.verifies_padded_to is not None:
-            self.costs.padded_to = traits.verifies_padded_to
         if not traits.keeps_draft_kv:
             self.costs.without_catch_ups()
 

@@ -60,9 +60,6 @@ class CostFits:
                          if draft_cost is None else draft_cost)
         #: the last wall time from one plan to the next (traces); None before one
         self.last_cycle_seconds: float | None = None
-        #: draft positions every drafted step verifies per request whatever the
-        #: plan (``DrafterTraits.verifies_padded_to``); None: its own draft
-        self.padded_to: int | None = None
 
     def without_catch_ups(self) -> None:
         """The drafter keeps no draft KV cache (an n-gram lookup): nothing
@@ -112,19 +109,13 @@ class CostFits:
         d_base, d_slope = self.draft.coefficients(num_reqs)
         c_base, c_slope = (self.catch_up_line(num_reqs)
                            or self.draft.coefficients(num_reqs))
-        first_pass = d_base + d_slope * (scheduled + num_reqs)
-        # one more draft token: one more verified position now, one more
-        # token in the draft's first pass of the next step
-        per_token = t_slope + d_slope
-        if self.padded_to is not None:
-            # every request's verification is padded to the cap: a drafted
-            # step pays all of it, whatever its plan, and a longer draft only
-            # its passes (and the next first pass's token)
-            first_pass += t_slope * num_reqs * self.padded_to
-            per_token = d_slope
         return StepCosts(
-            target_now=t_base + t_slope * num_reqs, per_token=per_token,
-            first_pass=first_pass, later_pass=d_base + d_slope * num_reqs,
+            target_now=t_base + t_slope * num_reqs,
+            # one more draft token: one more verified position now, one more
+            # token in the draft's first pass of the next step
+            per_token=t_slope + d_slope,
+            first_pass=d_base + d_slope * (scheduled + num_reqs),
+            later_pass=d_base + d_slope * num_reqs,
             catch_up_base=c_base, catch_up_per_token=c_slope)
 
     def coefficients(self, num_reqs: int) -> tuple[float, float, float, float]:
