@@ -20,9 +20,12 @@ them (K >= 1, as the decode bench's), the per-token oracle, a per-token
 stop calibrated in hindsight on the texts themselves at its best price,
 blind (it judges the next pass by the last token, as a drafter must) and
 peeking (by the next token's own probability, which no drafter knows before
-its pass): what a stop could reach (``greedy_replay.hindsight_rule``), and
-``gammatune_cost`` (cap ``--cap``, measuring its costs from the replay's
-clock as in an engine), plus each ``--policy NAME=JSON``: ``gammatune_cost``
+its pass): what a stop could reach (``greedy_replay.hindsight_rule``); where
+the texts hold the draft's top probabilities, the blind stop once more with
+an estimate fitted in hindsight on the draft's other features and the
+request's history, beside a table of what each tells of the next token's
+acceptance (``next_token``); and ``gammatune_cost`` (cap ``--cap``,
+measuring its costs from the replay's clock as in an engine), plus each ``--policy NAME=JSON``: ``gammatune_cost``
 with those parameters (``{"token_stop": false}``, ``{"ablate":
 ["token_model"]}``, ...). Seconds from the linear costs ``--costs``: a target
 step ``T0 + T1 * n`` over n tokens, a draft pass ``D0 + D1 * n``, a catch-up
@@ -49,6 +52,7 @@ import json
 import math
 from pathlib import Path
 
+from gammatune_tools.bench import next_token
 from gammatune_tools.bench.tables import fmt
 from gammatune_tools.bench.greedy_replay import (
     ReplayCosts,
@@ -117,7 +121,8 @@ def read_texts(directory: Path, max_tokens: int | None = None) -> list[Text]:
     for line in (directory / "texts.jsonl").open():
         row = json.loads(line)
         matches = tuple(d == t for d, t in zip(row["draft_token_ids"], row["output_token_ids"]))
-        texts.append(Text(row["name"], matches[:max_tokens], tuple(row["probs"][:max_tokens])))
+        texts.append(Text(row["name"], matches[:max_tokens], tuple(row["probs"][:max_tokens]),
+                          tuple(map(tuple, row.get("top_probs", ())[:max_tokens]))))
     return texts
 
 
@@ -131,6 +136,10 @@ def replay(texts: list[Text], costs: ReplayCosts, cap: int, warmup: int,
     outcomes = [*fixed, per_text_best(fixed[1:]), per_token_oracle(texts, cap, costs, warmup),
                 hindsight_rule(texts, cap, costs, False, rate, warmup),
                 hindsight_rule(texts, cap, costs, True, rate, warmup)]
+    if all(text.top_probs for text in texts):
+        outcomes.append(hindsight_rule(
+            texts, cap, costs, False, rate, warmup, next_token.estimate(texts),
+            "per-token stop in hindsight, blind, with the draft's features and history"))
     for name, parameters in {"gammatune_cost": {}, **policies}.items():
         outcomes.append(drive_policy(
             texts, lambda parameters=parameters: CostAwarePolicy(cap, **parameters),
@@ -142,6 +151,18 @@ def replay(texts: list[Text], costs: ReplayCosts, cap: int, warmup: int,
         row["best_fixed"] = best["strategy"]
         rows.append(row)
     return rows
+
+
+def next_token_markdown(texts: list[Text]) -> str:
+    """What tells the next draft token's acceptance (``next_token.report``)."""
+    lines = ["", "## What tells the next draft token's acceptance", "",
+             "Given a draft token accepted, is the next one? ROC AUC over every such pair "
+             "(0.5: no better than chance); a combination is a logistic fit judged on the "
+             "texts it did not learn from. History counts every earlier position.", "",
+             "| features | judged | AUC |", "|---|---|---|"]
+    for row in next_token.report(texts):
+        lines.append(f"| {row['features']} | {row['judged']} | {row['auc']:.3f} |")
+    return "\n".join(lines)
 
 
 def markdown(rows: list[dict], costs: ReplayCosts, num_texts: int, warmup: int) -> str:
@@ -231,6 +252,8 @@ def main(argv: list[str] | None = None) -> None:
     texts = read_texts(args.directory, args.max_tokens)
     rows = replay(texts, args.costs, args.cap, args.warmup, dict(args.policy))
     text = markdown(rows, args.costs, len(texts), args.warmup)
+    if all(t.top_probs for t in texts):
+        text += "\n" + next_token_markdown(texts)
     stem = "replay" if args.max_tokens is None else f"replay_{args.max_tokens}"
     (args.directory / f"{stem}.md").write_text(text + "\n")
     (args.directory / f"{stem}.json").write_text(json.dumps(rows, indent=1))

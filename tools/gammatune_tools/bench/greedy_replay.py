@@ -59,6 +59,9 @@ class Text:
     matches: tuple[bool, ...]
     #: [num_output_tokens] the draft's probability of its greedy token at p
     probs: tuple[float, ...]
+    #: [num_output_tokens, top] the draft's largest probabilities at p, the
+    #: greedy token's first (empty where not recorded)
+    top_probs: tuple[tuple[float, ...], ...] = ()
 
     def __post_init__(self):
         if len(self.matches) != len(self.probs) or not self.matches:
@@ -323,7 +326,9 @@ def _calibration(texts: Sequence[Text]) -> tuple[float, list[float], list[float]
 
 
 def hindsight_rule(texts: Sequence[Text], cap: int, costs: ReplayCosts, peek: bool,
-                   reference_rate: float, warmup: int = 0) -> Outcome:
+                   reference_rate: float, warmup: int = 0,
+                   next_estimate: Callable[[Text, int], float] | None = None,
+                   name: str | None = None) -> Outcome:
     """A per-token stop calibrated in hindsight on the very texts it runs
     on, at the best price: what a stop could reach with the draft's
     probabilities, not a strategy an engine could run. After each pass it
@@ -335,9 +340,11 @@ def hindsight_rule(texts: Sequence[Text], cap: int, costs: ReplayCosts, peek: bo
     at this token's probability (the first token's: that of any token), as
     the plugin's stop must judge it; with ``peek``, that of a token at the
     next token's own probability, known before its pass is paid (no drafter
-    knows it). ``R`` is the best of a grid around ``reference_rate`` (the
-    best fixed K's tokens/s, which the caller has); seconds include
-    ``costs.policy_step`` a step."""
+    knows it). ``next_estimate(text, i)``, where given, replaces the blind
+    estimate after a token at output position ``i`` (``next_token.estimate``:
+    from the request's history too). ``R`` is the best of a grid around
+    ``reference_rate`` (the best fixed K's tokens/s, which the caller has);
+    seconds include ``costs.policy_step`` a step."""
     first, accepted_at, next_after = _calibration(texts)
     c_token = costs.target_token + costs.draft_token
     c_pass = costs.draft_pass(1)
@@ -350,7 +357,9 @@ def hindsight_rule(texts: Sequence[Text], cap: int, costs: ReplayCosts, peek: bo
                 while passes < cap:
                     q_next = text.prob(p, passes + 1)
                     estimate = (accepted_at[_bin(q_next)] if peek else first if passes == 0
-                                else next_after[_bin(text.prob(p, passes))])
+                                else next_after[_bin(text.prob(p, passes))]
+                                if next_estimate is None
+                                else next_estimate(text, min(p + passes - 1, len(text) - 1)))
                     if survival * estimate <= rate * (c_pass + c_token):
                         break
                     passes += 1
@@ -363,8 +372,8 @@ def hindsight_rule(texts: Sequence[Text], cap: int, costs: ReplayCosts, peek: bo
                 last = emitted if passes else last + emitted
                 p += emitted
 
-        name = "per-token stop in hindsight, " + ("peeking" if peek else "blind")
-        return _replay(texts, name, warmup, run)
+        return _replay(texts, name or "per-token stop in hindsight, "
+                       + ("peeking" if peek else "blind"), warmup, run)
 
     return max((at_rate(f * reference_rate) for f in _HINDSIGHT_RATES),
                key=lambda o: o.row()["tokens_per_second"])
