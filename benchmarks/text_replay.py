@@ -25,8 +25,8 @@ the texts hold the draft's top probabilities, the blind stop once more with
 an estimate fitted in hindsight on the draft's other features and the
 request's history, beside a table of what each tells of the next token's
 acceptance (``next_token``); and ``gammatune_cost`` (cap ``--cap``,
-measuring its costs from the replay's clock as in an engine), plus each ``--policy NAME=JSON``: ``gammatune_cost``
-with those parameters (``{"token_stop": false}``, ``{"ablate":
+measuring its costs from the replay's clock as in an engine), plus each
+``--policy NAME=JSON``: ``gammatune_cost`` with those parameters (``{"token_stop": false}``, ``{"ablate":
 ["token_model"]}``, ...). Seconds from the linear costs ``--costs``: a target
 step ``T0 + T1 * n`` over n tokens, a draft pass ``D0 + D1 * n``, a catch-up
 ``C`` per missed position, and ``H`` (default 0) the host time a plugin
@@ -127,7 +127,10 @@ def read_texts(directory: Path, max_tokens: int | None = None) -> list[Text]:
 
 
 def replay(texts: list[Text], costs: ReplayCosts, cap: int, warmup: int,
-           policies: dict[str, dict]) -> list[dict]:
+           policies: dict[str, dict], with_features: bool = False) -> list[dict]:
+    """Every strategy's row (module docstring); ``with_features``: the texts
+    hold the draft's top probabilities, so the blind stop runs once more on
+    ``next_token``'s estimate."""
     from vllm_gammatune.policies import CostAwarePolicy
 
     fixed = [fixed_k(texts, k, costs, warmup) for k in range(cap + 1)]
@@ -136,7 +139,7 @@ def replay(texts: list[Text], costs: ReplayCosts, cap: int, warmup: int,
     outcomes = [*fixed, per_text_best(fixed[1:]), per_token_oracle(texts, cap, costs, warmup),
                 hindsight_rule(texts, cap, costs, False, rate, warmup),
                 hindsight_rule(texts, cap, costs, True, rate, warmup)]
-    if all(text.top_probs for text in texts):
+    if with_features:
         outcomes.append(hindsight_rule(
             texts, cap, costs, False, rate, warmup, next_token.estimate(texts),
             "per-token stop in hindsight, blind, with the draft's features and history"))
@@ -250,9 +253,10 @@ def main(argv: list[str] | None = None) -> None:
         record(args)
         return
     texts = read_texts(args.directory, args.max_tokens)
-    rows = replay(texts, args.costs, args.cap, args.warmup, dict(args.policy))
+    with_features = all(t.top_probs for t in texts)
+    rows = replay(texts, args.costs, args.cap, args.warmup, dict(args.policy), with_features)
     text = markdown(rows, args.costs, len(texts), args.warmup)
-    if all(t.top_probs for t in texts):
+    if with_features:
         text += "\n" + next_token_markdown(texts)
     stem = "replay" if args.max_tokens is None else f"replay_{args.max_tokens}"
     (args.directory / f"{stem}.md").write_text(text + "\n")

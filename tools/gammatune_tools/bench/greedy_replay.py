@@ -341,11 +341,15 @@ def hindsight_rule(texts: Sequence[Text], cap: int, costs: ReplayCosts, peek: bo
     the plugin's stop must judge it; with ``peek``, that of a token at the
     next token's own probability, known before its pass is paid (no drafter
     knows it). ``next_estimate(text, i)``, where given, replaces the blind
-    estimate after a token at output position ``i`` (``next_token.estimate``:
-    from the request's history too). ``R`` is the best of a grid around
+    estimate after the token at output position ``i`` (default: by the bin
+    of that token's probability; ``next_token.estimate``: from the request's
+    history too). ``R`` is the best of a grid around
     ``reference_rate`` (the best fixed K's tokens/s, which the caller has);
     seconds include ``costs.policy_step`` a step."""
     first, accepted_at, next_after = _calibration(texts)
+    if next_estimate is None:
+        def next_estimate(text: Text, i: int) -> float:
+            return next_after[_bin(text.probs[i])]
     c_token = costs.target_token + costs.draft_token
     c_pass = costs.draft_pass(1)
 
@@ -357,8 +361,6 @@ def hindsight_rule(texts: Sequence[Text], cap: int, costs: ReplayCosts, peek: bo
                 while passes < cap:
                     q_next = text.prob(p, passes + 1)
                     estimate = (accepted_at[_bin(q_next)] if peek else first if passes == 0
-                                else next_after[_bin(text.prob(p, passes))]
-                                if next_estimate is None
                                 else next_estimate(text, min(p + passes - 1, len(text) - 1)))
                     if survival * estimate <= rate * (c_pass + c_token):
                         break

@@ -59,12 +59,15 @@ def features(text: Text) -> np.ndarray:
     return np.asarray(rows)
 
 
-def pairs(texts: Sequence[Text]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def pairs(texts: Sequence[Text], tables: Sequence[np.ndarray] | None = None
+          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(features [num_pairs, F], next accepted [num_pairs], text index
-    [num_pairs]) over every accepted token with a next one."""
+    [num_pairs]) over every accepted token with a next one (``tables``:
+    each text's ``features``, where the caller has them)."""
+    if tables is None:
+        tables = [features(text) for text in texts]
     xs, ys, groups = [], [], []
-    for index, text in enumerate(texts):
-        table = features(text)
+    for index, (text, table) in enumerate(zip(texts, tables)):
         for i in range(1, len(text) - 1):
             if text.matches[i]:
                 xs.append(table[i])
@@ -126,10 +129,11 @@ def estimate(texts: Sequence[Text]) -> Callable[[Text, int], float]:
     all of ``FEATURES`` fitted in hindsight on ``texts`` and calibrated by
     ``BINS`` bins of the fit (Laplace-smoothed shares, as
     ``hindsight_rule``'s own calibration)."""
-    x, y, _ = pairs(texts)
+    tables = [features(text) for text in texts]
+    x, y, _ = pairs(texts, tables)
     predict = fit(x, y)
     bins = np.minimum((predict(x) * BINS).astype(int), BINS - 1)
     calibrated = (np.bincount(bins, y, BINS) + 1) / (np.bincount(bins, None, BINS) + 2)
-    by_text = {id(text): np.minimum((predict(features(text)) * BINS).astype(int), BINS - 1)
-               for text in texts}
+    by_text = {id(text): np.minimum((predict(table) * BINS).astype(int), BINS - 1)
+               for text, table in zip(texts, tables)}
     return lambda text, i: float(calibrated[by_text[id(text)][i]])
