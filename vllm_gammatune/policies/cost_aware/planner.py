@@ -149,21 +149,26 @@ def best_plan(costs: StepCosts, rates: Sequence[float], catch_up_tokens: Sequenc
     c_base = c_base_whole * catch_up_base_share
     c_slope = costs.catch_up_per_token
     limits = list(draft_limits) or [max_num_draft_tokens] * num_reqs
+    longest = min(max_num_draft_tokens, max(limits, default=0))
+    # taken once a plan: the search below reads them for every request, cap
+    # and iteration
     log_rates = [math.log(rate) for rate in rates]
-    for cap in range(1, min(max_num_draft_tokens, max(limits, default=0)) + 1):
+    gains = [[accepted_gain(rate, k) for k in range(min(longest, limit) + 1)]
+             for rate, limit in zip(rates, limits)]
+    for cap in range(1, longest + 1):
         fixed = target_now + costs.first_pass + (cap - 1) * costs.later_pass
+        tops = [min(cap, limit) for limit in limits]
         ratio, plan = best_ratio, best
         for _ in range(_DINKELBACH_ITERATIONS):
-            lengths, value, cost = _lengths_at(ratio, rates, log_rates, catch_up, cap,
-                                               limits, per_token, c_slope)
-            catching_up = any(k and m for k, m in zip(lengths, catch_up))
+            lengths, value, cost, catching_up = _lengths_at(
+                ratio, rates, log_rates, gains, catch_up, tops, per_token, c_slope)
             cost += fixed + (c_base if catching_up else 0.0)
             new_ratio = (num_reqs + value) / cost
             if new_ratio <= ratio * (1 + 1e-9):
                 break
             ratio, plan = new_ratio, lengths
         if keep_pace and plan is not best:
-            paced = _paced(plan, fixed, rates, catch_up, missed_tokens, cap, limits,
+            paced = _paced(plan, fixed, rates, catch_up, missed_tokens, tops,
                            target_now, per_token, c_slope, c_base_whole, c_base)
             if paced is None:
                 continue
@@ -177,8 +182,8 @@ def best_plan(costs: StepCosts, rates: Sequence[float], catch_up_tokens: Sequenc
 
 
 def _paced(lengths: list[int], fixed: float, rates: Sequence[float],
-           catch_up: Sequence[float], missed: Sequence[int], cap: int,
-           limits: Sequence[int], target_now: float, per_token: float,
+           catch_up: Sequence[float], missed: Sequence[int], tops: Sequence[int],
+           target_now: float, per_token: float,
            catch_up_per_token: float, catch_up_base: float,
            charged_base: float) -> tuple[list[int], float, float] | None:
     """``lengths`` with each request that lags raised to the shortest draft
@@ -190,7 +195,8 @@ def _paced(lengths: list[int], fixed: float, rates: Sequence[float],
     drafting request's whole (``missed``: [num_reqs] tokens; the base whole
     too, ``catch_up_base`` against the ``charged_base``), time it only waits.
     Each raise lengthens the step, so the test repeats until every request
-    keeps pace; None if one cannot within its limit and the step's cap. A
+    keeps pace; None if one cannot within its top (``tops``: [num_reqs] the
+    step's cap or its own limit, the smaller). A
     request whose drafter offers nothing (limit 0) is not held to it: no plan
     of this step can speed it up.
 
@@ -201,7 +207,6 @@ def _paced(lengths: list[int], fixed: float, rates: Sequence[float],
     lengths = list(lengths)
     # constant over the raises: what each request waits of its catch-up, its top
     waited = [catch_up_per_token * (m - c) for m, c in zip(missed, catch_up)]
-    tops = [min(cap, limit) for limit in limits]
     others_base = catch_up_base - charged_base
     while True:
         catchers = [k > 0 and m > 0 for k, m in zip(lengths, missed)]
@@ -298,22 +303,42 @@ def accepted_gain(rate: float, num_draft_tokens: int) -> float:
     return rate * (1.0 - rate ** num_draft_tokens) / (1.0 - rate)
 
 
-def _lengths_at(ratio, rates, log_rates, catch_up, step_cap, limits, per_token,
-                catch_up_per_token):
+def _lengths_at(ratio: float, rates: Sequence[float], log_rates: Sequence[float],
+                gains: Sequence[Sequence[float]], catch_up: Sequence[float],
+                tops: Sequence[int], per_token: float,
+                catch_up_per_token: float) -> tuple[list[int], float, float, bool]:
     """Per request, the length maximising gain - ratio * cost (Dinkelbach),
-    at most the step's cap and the request's own limit (``log_rates``:
-    [num_reqs] ``log(rate)``, taken once a plan: this runs for every
-    request, cap and iteration)."""
-    lengths, value, cost = [], 0.0, 0.0
+    at most its top (``tops``: [num_reqs] the step's cap or the request's own
+    limit, the smaller). ``log_rates`` ([num_reqs] ``log(rate)``) and
+    ``gains`` ([num_reqs][k] ``accepted_gain(rate, k)``) are taken once a
+    plan: this runs for every request, cap and iteration, so
+    ``paying_length`` is written out here, its arithmetic unchanged.
+
+    Returns:
+        (lengths, accepted tokens expected, their verification and catch-up
+        cost, whether a drafting request catches up).
+    """
+    lengths = []
+    value = cost = 0.0
+    catching_up = False
     threshold = ratio * per_token  # a^j must exceed this
     log_threshold = math.log(threshold) if threshold > 0.0 else 0.0
-    for rate, log_rate, missed, limit in zip(rates, log_rates, catch_up, limits):
-        k = paying_length(rate, threshold, min(step_cap, limit), log_threshold, log_rate)
-        gain = accepted_gain(rate, k)
-        extra = k * per_token + (missed * catch_up_per_token if k else 0.0)
-        if k and gain - ratio * extra <= 0.0:
-            k, gain, extra = 0, 0.0, 0.0
+    for rate, log_rate, gain_of, missed, top in zip(rates, log_rates, gains, catch_up, tops):
+        if top <= 0 or threshold >= rate:
+            k = 0
+        elif threshold <= 0.0:
+            k = top
+        else:
+            k = min(top, max(0, math.ceil(log_threshold / log_rate) - 1))
+        if k:
+            gain = gain_of[k]
+            extra = k * per_token + missed * catch_up_per_token
+            if gain - ratio * extra <= 0.0:
+                k = 0
+            else:
+                value += gain
+                cost += extra
+                if missed:
+                    catching_up = True
         lengths.append(k)
-        value += gain
-        cost += extra
-    return lengths, value, cost
+    return lengths, value, cost, catching_up
