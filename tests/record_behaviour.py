@@ -66,7 +66,7 @@ NGRAM_CONFIGS = {
 #: configurations run again on the CUDA hot path (forced on the CPU): one read
 #: a step, each verification observed before the plan after next
 HOT_PATH_CONFIGS = ("gammatune", "gammatune_plus", "adasd", "adasd_verification",
-                    "gammatune_cost", "gammatune_cost_probes")
+                    "gammatune_cost", "gammatune_cost_probes", "gammatune_cost_ngram_model")
 HOT = "@hot_path"
 ALL_CONFIGS = [*CONFIGS, *NGRAM_CONFIGS, *(name + HOT for name in HOT_PATH_CONFIGS)]
 PROMPTS = [

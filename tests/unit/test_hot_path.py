@@ -26,17 +26,20 @@ def test_anything_else_is_refused_naming_the_variable(monkeypatch):
 
 
 def test_the_host_path_on_cuda_is_said_at_start(monkeypatch, caplog):
-    """The lookup ahead of the draft model reads the device before it plans,
-    so it takes the host path, and on CUDA says so (a warning naming it)."""
+    """Every draft-model drafter takes the hot path on CUDA; forced off there
+    (``VLLM_GAMMATUNE_CUDA_HOT_PATH=0``) the host path says so (a warning
+    naming the variable); the CPU's host path says nothing."""
     import logging
 
     from vllm_gammatune.drafter.hot_path import takes_hot_path
 
-    monkeypatch.delenv("VLLM_GAMMATUNE_CUDA_HOT_PATH", raising=False)
     warnings = []
     monkeypatch.setattr(logging.Logger, "warning",
                         lambda self, msg, *args, **kw: warnings.append(msg % args))
+    monkeypatch.delenv("VLLM_GAMMATUNE_CUDA_HOT_PATH", raising=False)
     assert takes_hot_path(torch.device("cuda", 0))
-    assert not takes_hot_path(torch.device("cuda", 0), reads_before_plan=True)
     assert not takes_hot_path(torch.device("cpu"))
-    assert len(warnings) == 1 and "ngram+draft_model" in warnings[0]
+    assert warnings == []
+    monkeypatch.setenv("VLLM_GAMMATUNE_CUDA_HOT_PATH", "0")
+    assert not takes_hot_path(torch.device("cuda", 0))
+    assert len(warnings) == 1 and "VLLM_GAMMATUNE_CUDA_HOT_PATH=0" in warnings[0]

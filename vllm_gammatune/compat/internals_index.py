@@ -129,7 +129,9 @@ INTERNALS: tuple[Internal, ...] = (
     Internal(_PROPOSER_BASE, "SpecDecodeBaseProposer.propose", "override",
              "per-request plans, skip and catch-up around vLLM's draft loop, which "
              "takes the step's num_speculative_tokens; the override restates vLLM's "
-             "typed signature and passes every input on by name",
+             "typed signature and passes every input on by name, and returns host lists "
+             "or, as vLLM's own drafters do, a [num_reqs, K] device tensor the runner "
+             "copies to the host (the n-gram front on the CUDA hot path)",
              "vLLM drafts per-request lengths itself",
              params=("self", "num_speculative_tokens", "target_token_ids",
                      "target_positions", "target_hidden_states", "next_token_ids",

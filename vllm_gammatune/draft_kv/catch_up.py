@@ -6,7 +6,7 @@ records the positions the draft missed, and before a request drafts again
 ``catch_up_passes.run_catch_up`` runs the draft over them. ``DraftCatchUp`` does
 this per step for the proposer:
 
-- ``begin_step``: each request's first and last position this step and its
+- ``batch_view``: each request's first and last position this step and its
   KV block table row; a request's first step checks the blocks it inherits
   from the prefix cache; the result is what the plan weighs (per request,
   the positions it must catch up before drafting, and the tokens it may
@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from vllm_gammatune.draft_kv.catch_up_passes import run_catch_up
 from vllm_gammatune.draft_kv.holes import DraftKVHoles
+from vllm_gammatune.policies import BatchView
 from vllm_gammatune.policies.cost_aware import CATCH_UP_HORIZON_TOKENS
 
 
@@ -63,10 +64,13 @@ class DraftCatchUp:
         self._block_rows = []
         self._kv_block_size = 1
 
-    def begin_step(self, runner, req_ids: list[str], positions: StepPositions
-                   ) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        """(per request, positions to catch up before it drafts; per request,
-        tokens it may still generate, or () when nothing is to be caught up)."""
+    def batch_view(self, runner, req_ids: list[str], num_speculative_tokens: int,
+                   num_scheduled_tokens: int) -> BatchView:
+        """What the policy may know of the step (``BatchView``): whether a
+        prompt chunk is in it, and per request the positions to catch up
+        before it drafts and the tokens it may still generate (() when
+        nothing is to be caught up)."""
+        positions = step_positions(runner, len(req_ids))
         self._req_ids, self._positions = req_ids, positions
         block_table = runner.input_batch.block_table[0]
         # [num_reqs, max_num_blocks_per_req] the requests' KV blocks (CPU)
@@ -74,12 +78,18 @@ class DraftCatchUp:
         self._kv_block_size = block_table.block_size
         self.holes.inherit_step(req_ids, positions.starts, self._block_rows,
                                 self._kv_block_size)
-        if self.holes.clear:  # the common step: one check, not one a request
-            return (0,) * len(req_ids), ()
-        catch_up_tokens = tuple(self.holes.catch_up_tokens(r, s)
-                                for r, s in zip(req_ids, positions.starts))
-        remaining = (remaining_tokens(runner, req_ids) if any(catch_up_tokens) else ())
-        return catch_up_tokens, remaining
+        catch_up_tokens, remaining = (0,) * len(req_ids), ()
+        if not self.holes.clear:  # the common step: one check, not one a request
+            catch_up_tokens = tuple(self.holes.catch_up_tokens(r, s)
+                                    for r, s in zip(req_ids, positions.starts))
+            remaining = (remaining_tokens(runner, req_ids) if any(catch_up_tokens) else ())
+        # Prefill chunks are compute-bound and hundreds of tokens long; a
+        # line through them says little about verifying a few draft tokens,
+        # which is what the decision is about: the timer fits decode steps only.
+        return BatchView(len(req_ids), num_scheduled_tokens=num_scheduled_tokens,
+                         catch_up_tokens=catch_up_tokens,
+                         has_prefill=positions.longest_query > 1 + num_speculative_tokens,
+                         remaining_tokens=remaining)
 
     def on_skipped(self) -> None:
         """No request drafted: this step's positions are not in the draft KV."""

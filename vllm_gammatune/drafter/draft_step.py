@@ -274,9 +274,7 @@ class DraftStep:
             self.stopped_early_host = [row[num_passes + 1] != 0.0 for row in rows]
             column = num_passes + 2
         else:
-            keeps = self.keeps_every_pass or [False] * num_reqs
-            self._host_lengths = [num_passes if keep else k
-                                  for keep, k in zip(keeps, self.planned_lengths)]
+            self._host_lengths = self.kept_lengths()
             self.stopped_early_host = [False] * num_reqs
             column = num_passes
         if self.token_probs:
@@ -284,6 +282,15 @@ class DraftStep:
             column += num_passes
         counts = None if valid_counts is None else [int(row[column]) for row in rows]
         return StepRead(counts, extra_rows)
+
+    def kept_lengths(self) -> list[int]:
+        """[num_reqs] each request's draft length, known on the host where
+        every planned pass runs and no stop decides on the device: every pass
+        the loop ran where the request keeps every pass, its plan elsewhere."""
+        assert not self._tracks_on_device, "the lengths are on the device until read_back"
+        num_passes = len(self.token_ids)
+        keeps = self.keeps_every_pass or [False] * len(self.planned_lengths)
+        return [num_passes if keep else k for keep, k in zip(keeps, self.planned_lengths)]
 
     def _ensure_read(self) -> None:
         if not self._read:

@@ -9,7 +9,9 @@ drafter reads once per step, after every planned pass has been launched
 
 - verifications are read with the drafts, so the policy learns of a
   verification before the plan after next (``Verification.step`` says which
-  draft it verified);
+  draft it verified); the n-gram lookup ahead of the draft model, which needs
+  the step's sampled tokens before it plans, reads them and the verification
+  before the plan instead, and hands vLLM its drafts on the device;
 - the loop runs every planned pass, and the padded verification keeps
   every token they produce: no per-token stop applies (``uniform_shape``);
   AdaSD's entropy stops are computed on the device;
@@ -37,21 +39,19 @@ def uses_cuda_hot_path(device: torch.device) -> bool:
     return device.type == "cuda" if forced is None else forced
 
 
-def takes_hot_path(device: torch.device, reads_before_plan: bool = False) -> bool:
-    """Whether a draft-model drafter on ``device`` takes the hot path: not
-    where it must read the device before it plans (``reads_before_plan``:
-    the n-gram lookup ahead of the draft model). The host path on CUDA is
-    said at start, once, as a warning: it waits for the device several
-    times a step (``docs/cuda.md``, "No device-wide synchronization")."""
-    hot = uses_cuda_hot_path(device) and not reads_before_plan
+def takes_hot_path(device: torch.device) -> bool:
+    """Whether a draft-model drafter on ``device`` takes the hot path. The
+    host path on CUDA (forced with ``VLLM_GAMMATUNE_CUDA_HOT_PATH=0``) is said
+    at start, once, as a warning: it waits for the device several times a
+    step (``docs/cuda.md``, "No device-wide synchronization")."""
+    hot = uses_cuda_hot_path(device)
     if device.type == "cuda" and not hot:
         from vllm.logger import init_logger
 
         init_logger(__name__).warning(
-            "vllm-gammatune: the host path on CUDA (%s): it reads the device before the "
+            "vllm-gammatune: the host path on CUDA (%s=0): it reads the device before the "
             "plan and after each draft pass, and its target steps miss the FULL CUDA "
-            "graph (docs/cuda.md)", "drafter ngram+draft_model" if reads_before_plan
-            else f"{envs.CUDA_HOT_PATH}=0")
+            "graph (docs/cuda.md)", envs.CUDA_HOT_PATH)
     return hot
 
 

@@ -32,8 +32,10 @@ The lookup runs one request at a time in vLLM's compiled matcher, not its
 batched one (``docs/methods.md``). The draft model needs nothing of the
 lookup: its next first pass runs over the tokens the target verified,
 wherever they came from, and a step it skips leaves holes it catches up as
-after any skipped step. The combined drafter runs the host path on every
-device (``hot_path``; one read of the device a step, ``docs/cuda.md``).
+after any skipped step. On the CUDA hot path the front's one read of the
+device a step is the verification and the sampled tokens, before the plan;
+the drafts then reach vLLM on the device (``uniform_shape.pad_on_device``),
+free rows in place of the model's (``docs/cuda.md``).
 """
 
 from __future__ import annotations
@@ -45,8 +47,10 @@ import numpy as np
 import torch
 from vllm.utils.torch_utils import async_tensor_h2d
 
+from vllm_gammatune.drafter.draft_step import DraftStep
 from vllm_gammatune.drafter.observations import accepted_draft_tokens
 from vllm_gammatune.drafter.request_records import RequestRecords
+from vllm_gammatune.drafter.uniform_shape import UniformShape
 from vllm_gammatune.policies import DraftSource, FreeDraftPlanner, Verification
 from vllm_gammatune.telemetry import trace
 from vllm_gammatune.telemetry.metrics import StepCounters
@@ -164,17 +168,17 @@ class NgramFront:
         return lengths
 
     def look_up(self, runner, req_ids: Sequence[str], num_speculative_tokens: int,
-                accepted: Sequence[int] | None, next_token_ids,
+                accepted: Sequence[int] | None, next_token_ids: Sequence[int],
                 step: int) -> tuple[list[list[int]], list[Verification]]:
         """``offers`` for the runner's step: ``accepted`` ([num_reqs] draft
         tokens each accepted this step; None: none), ``next_token_ids``
-        ([num_reqs] on the device: the token each just sampled; this step's
-        read of it), ``step``: the plan of the last offers."""
+        ([num_reqs] the token each just sampled, read on the host with the
+        verification: ``verification_inbox``), ``step``: the plan of the
+        last offers."""
         num_reqs = len(req_ids)
         discarded = runner.discard_request_mask.np[:num_reqs].tolist()
         return self.offers(runner, req_ids, num_speculative_tokens,
-                           accepted or [0] * num_reqs, next_token_ids[:num_reqs].tolist(),
-                           discarded, step)
+                           accepted or [0] * num_reqs, next_token_ids, discarded, step)
 
     def choose_for_step(self, req_ids: Sequence[str], offers: Sequence[list[int]], batch,
                         num_speculative_tokens: int):
@@ -192,6 +196,24 @@ class NgramFront:
               lengths: Sequence[int]) -> list[list[int]]:
         """The step's drafts: the free ones in place of the model's (empty)."""
         return [offer[:k] if k else draft for draft, offer, k in zip(drafts, offers, lengths)]
+
+    @staticmethod
+    def on_device(uniform: UniformShape, req_ids: Sequence[str], step: DraftStep, free,
+                  k: int) -> tuple[torch.Tensor, torch.Tensor | None, list[int]]:
+        """The hot path's hand-over, the drafts never read by the plugin:
+        ([num_reqs, k] the drafts on the device, vLLM's draft probabilities to
+        match, [num_reqs] the tokens verification keeps of each row). Every
+        row is the loop's tokens padded to ``k`` (``UniformShape.pad_on_device``)
+        but a free draft's (``free``: offers and lengths), which is its
+        lookup's tokens, proposed with certainty; a row keeps every pass but
+        where the plan cut it to 0 (``DraftStep.kept_lengths``), a free row
+        its free length."""
+        offers, free_lengths = free
+        lengths = [f or n for f, n in zip(free_lengths, step.kept_lengths())]
+        replaced = {i: offers[i][:f] for i, f in enumerate(free_lengths) if f}
+        drafts, probs = uniform.pad_on_device(req_ids, step.token_ids, lengths, replaced, k,
+                                              step.draft_probs())
+        return drafts, probs, lengths
 
     @staticmethod
     def probs_with_free_rows(draft_probs: torch.Tensor, drafts: Sequence[list[int]],

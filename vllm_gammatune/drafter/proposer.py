@@ -16,10 +16,11 @@ scheduler and the rejection sampler are vLLM's own. One step:
 5. cut: one list per request (on the hot path every pass's token, padded
    to K, ``uniform_shape``); 6. record: the step's metrics (``step_metrics``).
 
-On the CUDA hot path (``hot_path``) nothing is read before the draft passes
-are launched: the loop runs every planned pass, and one read
-(``DraftStep.read_back``) brings the drafts with the last verification,
-which the policy observes before its next plan.
+On the CUDA hot path (``hot_path``) the loop runs every planned pass and
+the device is read once a step: after the passes (``DraftStep.read_back``:
+the drafts with the last verification), or with the n-gram front before
+the plan (the verification with the sampled tokens; the drafts stay on
+the device).
 
 The drafter asks nothing of a policy but its contracts (``policies.base``,
 ``policies.contracts``), each recognised by type; vLLM's side asks nothing
@@ -39,7 +40,7 @@ from vllm.logger import init_logger
 from vllm.v1.attention.backend import CommonAttentionMetadata
 from vllm.v1.sample.metadata import SamplingMetadata
 from vllm.v1.spec_decode.draft_model import DraftModelProposer
-from vllm_gammatune.draft_kv.catch_up import DraftCatchUp, step_positions
+from vllm_gammatune.draft_kv.catch_up import DraftCatchUp
 from vllm_gammatune.draft_kv.holes import DraftKVHoles
 from vllm_gammatune.drafter.contract import PluginDrafter
 from vllm_gammatune.drafter.draft_distribution import draft_distribution, proposed_token_probs
@@ -78,10 +79,9 @@ class AdaptiveDraftModelProposer(DraftModelProposer, PluginDrafter):
         assert settings is not None, "AdaptiveDraftModelProposer without settings"
         self.settings = settings
         self.policy = policy = settings.make_policy()
-        #: the CUDA hot path (``hot_path``); the n-gram front reads the
-        #: sampled tokens before it plans: the host path.
+        #: the CUDA hot path (``hot_path``)
+        self.hot_path = takes_hot_path(self.device)
         uses_front = settings.drafter == DRAFTER_NGRAM_THEN_MODEL
-        self.hot_path = takes_hot_path(self.device, reads_before_plan=uses_front)
         #: a policy that plans from measured costs: the timer, and skipping
         #: the draft model (catching it up before a request drafts again)
         plans_from_costs = isinstance(policy, CostObserver)
@@ -172,13 +172,14 @@ class AdaptiveDraftModelProposer(DraftModelProposer, PluginDrafter):
         if self._timer is not None:
             self._timer.begin_step(self._inbox.steps.next)
         # 1. observe
-        verifications, unread, accepted = self._inbox.collect(req_ids, self.counters)
+        collected = self._inbox.collect(req_ids, self.counters, next_token_ids)
+        verifications, unread = collected.verifications, collected.unread
         batch, decode_only = self._batch_view(req_ids, num_speculative_tokens,
                                               common_attn_metadata)
         offers = None
         if self._front is not None:
             offers, scored = self._front.look_up(runner, req_ids, num_speculative_tokens,
-                                                 accepted, next_token_ids,
+                                                 collected.accepted, collected.next_token_ids,
                                                  self._inbox.steps.drafted_at)
             verifications += scored
         deliver(self.policy, self.records, self._inbox.steps.next, verifications,
@@ -202,9 +203,10 @@ class AdaptiveDraftModelProposer(DraftModelProposer, PluginDrafter):
         # 4. draft
         self._draft(step, num_reqs=len(req_ids), decode_only=decode_only,
                     vllm_inputs=vllm_inputs)
-        drafts = self._cut_and_keep(req_ids, step, unread, free)
-        self._record_step(drafts, step, num_catch_up_tokens=num_caught_up)
-        if self._uniform is None:
+        drafts, lengths = self._cut_and_keep(req_ids, step, num_speculative_tokens, unread,
+                                             free)
+        self._record_step(lengths, step, num_catch_up_tokens=num_caught_up)
+        if self._uniform is None or isinstance(drafts, torch.Tensor):
             return drafts
         # the shape vLLM's CUDA graphs replay (``uniform_shape``)
         drafts, self._last_draft_probs = self._uniform.pad(
@@ -212,17 +214,15 @@ class AdaptiveDraftModelProposer(DraftModelProposer, PluginDrafter):
         return drafts
 
     # -- 1. observe ---------------------------------------------------------------
-    def prepare_inputs_padded(
-        self, common_attn_metadata, spec_decode_metadata, valid_sampled_tokens_count
-    ):
+    def prepare_inputs_padded(self, common_attn_metadata, spec_decode_metadata,
+                              valid_sampled_tokens_count):
         # valid_sampled_tokens_count: [num_reqs] accepted drafts + 1 (0 if discarded)
         num_draft_tokens = list(spec_decode_metadata.num_draft_tokens)
         verified = self.verified_draft_lengths(self._runner.input_batch.req_ids,
                                                num_draft_tokens)
         self._inbox.hand_over(verified or num_draft_tokens, valid_sampled_tokens_count)
-        return super().prepare_inputs_padded(
-            common_attn_metadata, spec_decode_metadata, valid_sampled_tokens_count
-        )
+        return super().prepare_inputs_padded(common_attn_metadata, spec_decode_metadata,
+                                             valid_sampled_tokens_count)
 
     # -- 2. plan ------------------------------------------------------------------
     def _batch_view(self, req_ids: list[str], num_speculative_tokens: int,
@@ -232,17 +232,10 @@ class AdaptiveDraftModelProposer(DraftModelProposer, PluginDrafter):
         num_reqs = len(req_ids)
         if self._catch_up is None:
             return BatchView(num_reqs), None
-        positions = step_positions(self._runner, num_reqs)
-        # Prefill chunks are compute-bound and hundreds of tokens long; a
-        # line through them says little about verifying a few draft tokens,
-        # which is what the decision is about: fit decode steps only.
-        decode_only = positions.longest_query <= 1 + num_speculative_tokens
+        batch = self._catch_up.batch_view(self._runner, req_ids, num_speculative_tokens,
+                                          cad.num_actual_tokens)
+        decode_only = not batch.has_prefill
         self._timer.on_plan(cad.num_actual_tokens, num_reqs, decode_only)
-        catch_up_tokens, remaining = self._catch_up.begin_step(self._runner, req_ids,
-                                                               positions)
-        batch = BatchView(num_reqs, num_scheduled_tokens=cad.num_actual_tokens,
-                          catch_up_tokens=catch_up_tokens, has_prefill=not decode_only,
-                          remaining_tokens=remaining)
         return batch, decode_only
 
     def _plan(self, req_ids: list[str], batch: BatchView,
@@ -267,11 +260,10 @@ class AdaptiveDraftModelProposer(DraftModelProposer, PluginDrafter):
     def _skip_draft_model(self, req_ids: list[str], step: DraftStep, k: int, unread=None,
                           free=None) -> list[list[int]]:
         """No request drafts with the draft model: it does not run this step
-        (the hot path still reads the last verification: this step's one
-        read). Free drafts (``free``: offers and lengths) are the step's
-        only drafts; without them the step has none, or on the hot path,
-        where the policy finds verification next to free, ``k`` certain
-        fillers per request that keep no token (``uniform_shape``)."""
+        (the hot path reads the last verification, if still unread). The
+        step's drafts are the free ones (``free``: offers and lengths), if
+        any; on the hot path, where the policy finds verification next to
+        free, padded to ``k`` with certain fillers (``uniform_shape``)."""
         assert self._catch_up is not None, "only a CostObserver plans 0 for a whole step"
         if unread is not None and unread.valid_counts is not None:
             self._inbox.read(req_ids, unread,
@@ -287,9 +279,8 @@ class AdaptiveDraftModelProposer(DraftModelProposer, PluginDrafter):
             drafts = NgramFront.merge(drafts, *free)
         # with no draft at all, the engine core need not fetch any (draft_handoff)
         self.skipped_this_step = not any(drafts)
-        self._record_step(drafts, step, skipped=True)
-        if (self.skipped_this_step and self._uniform is not None
-                and self.policy.pads_skipped_step(len(req_ids), k)):
+        self._record_step(list(map(len, drafts)), step, skipped=True)
+        if self._uniform is not None and self.policy.pads_skipped_step(len(req_ids), k):
             self.skipped_this_step = False
             drafts, _ = self._uniform.pad(req_ids, drafts, drafts, k, None)
         return drafts
@@ -354,29 +345,37 @@ class AdaptiveDraftModelProposer(DraftModelProposer, PluginDrafter):
         return token_ids, probs
 
     # -- 5. cut, and keep what verification and the trace need -------------------
-    def _cut_and_keep(self, req_ids: list[str], step: DraftStep, unread=None,
-                      free=None) -> list[list[int]]:
-        """Read the step back (with the last verification, on the hot path),
-        cut each draft to its length, put the free drafts (``free``: offers
-        and lengths) in place, and keep what its verification and the trace
-        will need."""
+    def _cut_and_keep(self, req_ids: list[str], step: DraftStep, k: int, unread=None,
+                      free=None) -> tuple[list[list[int]] | torch.Tensor, list[int]]:
+        """(the drafts, [num_reqs] each one's length). Read the step back
+        (with the last verification, on the hot path), cut each draft to its
+        length, put the free drafts (``free``: offers and lengths) in place,
+        and keep what its verification and the trace will need. The hot path
+        with the n-gram front read the device before the plan: its drafts stay
+        there, padded to ``k`` (``NgramFront.on_device``), and are read only
+        for a trace of token probabilities (``VLLM_GAMMATUNE_TRACE``)."""
         start = time.perf_counter()
         if self._timer is not None:
             self._timer.passes_run(len(step.token_ids))
-        verifier = self.adasd_verifier
-        # AdaSD's device verifications (hot path), read with the step
-        extra = [] if verifier is None else verifier.unread_results()
-        read = step.read_back(None if unread is None else unread.valid_counts, extra=extra)
-        if unread is not None:
-            self._inbox.read(req_ids, unread, read.valid_counts, read.extra)
-        drafts = step.drafts()
-        draft_probs = step.draft_probs()
-        if free is not None and any(free[1]):
-            drafts = NgramFront.merge(drafts, *free)
-            if draft_probs is not None:
-                draft_probs = NgramFront.probs_with_free_rows(draft_probs, drafts, free[1])
-        if draft_probs is not None:  # read by vLLM's rejection sampler
-            self._last_draft_probs = draft_probs
+        if self._front is not None and self._uniform is not None:
+            drafts, self._last_draft_probs, lengths = self._front.on_device(
+                self._uniform, req_ids, step, free, k)
+        else:
+            verifier = self.adasd_verifier
+            # AdaSD's device verifications (hot path), read with the step
+            extra = [] if verifier is None else verifier.unread_results()
+            read = step.read_back(None if unread is None else unread.valid_counts, extra=extra)
+            if unread is not None:
+                self._inbox.read(req_ids, unread, read.valid_counts, read.extra)
+            drafts = step.drafts()
+            draft_probs = step.draft_probs()
+            if free is not None and any(free[1]):
+                drafts = NgramFront.merge(drafts, *free)
+                if draft_probs is not None:
+                    draft_probs = NgramFront.probs_with_free_rows(draft_probs, drafts, free[1])
+            if draft_probs is not None:  # read by vLLM's rejection sampler
+                self._last_draft_probs = draft_probs
+            lengths = list(map(len, drafts))
         if step.keep_entropies:
             for req_id, kept in zip(req_ids, step.kept_drafts()):
                 self.records.keep_draft(req_id, kept)
@@ -384,14 +383,16 @@ class AdaptiveDraftModelProposer(DraftModelProposer, PluginDrafter):
             for req_id, token_probs in zip(req_ids, step.traced_token_probs()):
                 self.records.keep_traced_token_probs(req_id, token_probs)
         self.policy_seconds += time.perf_counter() - start
-        return drafts
+        return drafts, lengths
 
     # -- 6. record --------------------------------------------------------------------
-    def _record_step(self, drafts: list[list[int]], step: DraftStep, skipped: bool = False,
+    def _record_step(self, lengths: list[int], step: DraftStep, skipped: bool = False,
                      num_catch_up_tokens: int = 0) -> None:
+        """Count the step (``lengths``: [num_reqs] the draft tokens each
+        request hands over for verification)."""
         if self._metrics is not None:
-            discarded = self._runner.discard_request_mask.np[:len(drafts)]
-            self._metrics.record_step(drafts, step, discarded, len(self.records),
+            discarded = self._runner.discard_request_mask.np[:len(lengths)]
+            self._metrics.record_step(lengths, step, discarded, len(self.records),
                                       self.policy_seconds, skipped=skipped,
                                       num_catch_up_tokens=num_catch_up_tokens)
         if self._timer is not None:

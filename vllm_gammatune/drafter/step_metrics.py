@@ -27,14 +27,14 @@ class StepMetrics:
     def __init__(self, counters: StepCounters):
         self.counters = counters
 
-    def record_step(self, drafts: list[list[int]], step: DraftStep, discarded,
+    def record_step(self, lengths: list[int], step: DraftStep, discarded,
                     num_tracked_requests: int, policy_seconds: float,
                     skipped: bool = False, num_catch_up_tokens: int = 0) -> None:
-        """Count one proposal: ``drafts`` per request (input batch order),
-        ``discarded``: [num_reqs] vLLM's mask of requests whose sampled token
-        is discarded (a prompt chunk), whose drafts are not counted."""
+        """Count one proposal: ``lengths``, each request's draft tokens
+        (input batch order), ``discarded``: [num_reqs] vLLM's mask of
+        requests whose sampled token is discarded (a prompt chunk), whose
+        drafts are not counted."""
         planned = step.planned_lengths
-        lengths = list(map(len, drafts))
         if discarded.any():  # a numpy mask: read once, not per request
             kept = [i for i, gone in enumerate(discarded.tolist()) if not gone]
             lengths, planned = [lengths[i] for i in kept], [planned[i] for i in kept]

@@ -68,23 +68,52 @@ class UniformShape:
         # a draft is at most the loop's passes; verification keeps at most
         # what vLLM scheduled (``verified_lengths``)
         self._lengths = list(map(len, drafts))
-        padded = []
-        for draft, row in zip(drafts, token_rows):
-            row = (row or draft)[:k]
-            filler = row[-1] if row else 0
-            padded.append(row + [filler] * (k - len(row)))
+        padded = [_filled((row or draft)[:k], k) for draft, row in zip(drafts, token_rows)]
         if draft_probs is None:
             return padded, None
-        num_reqs, passes, vocab = draft_probs.shape
-        if passes >= k:
-            return padded, draft_probs[:, :k].contiguous()
-        wider = draft_probs.new_zeros((num_reqs, k, vocab))
-        wider[:, :passes] = draft_probs
-        # [num_reqs, k - passes] the filler tokens: proposed with certainty
-        fillers = async_tensor_h2d([row[passes:] for row in padded], dtype=torch.long,
-                                   device=draft_probs.device)
-        wider[:, passes:].scatter_(-1, fillers.unsqueeze(-1), 1.0)
-        return padded, wider
+        passes = draft_probs.shape[1]
+        # [num_reqs, k - passes] the filler tokens
+        fillers = (None if passes >= k else
+                   async_tensor_h2d([row[passes:] for row in padded], dtype=torch.long,
+                                    device=draft_probs.device))
+        return padded, _widened(draft_probs, fillers, k)
+
+    def pad_on_device(self, req_ids: Sequence[str], token_ids: Sequence[torch.Tensor],
+                      lengths: Sequence[int], replaced: dict[int, list[int]],
+                      num_speculative_tokens: int, draft_probs: torch.Tensor | None
+                      ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``pad`` without reading the drafts: ``token_ids`` (one [num_reqs]
+        tensor per draft pass) padded to ``[num_reqs, num_speculative_tokens]``
+        on the device, where vLLM copies them to the host itself as it does
+        its own draft model's. ``lengths``: [num_reqs] what verification
+        keeps of each row; ``replaced``: row -> tokens (the n-gram front's
+        free drafts), padded alike and proposed with certainty in place of
+        the row's draft, its probabilities one-hot."""
+        k = num_speculative_tokens
+        num_reqs = len(req_ids)
+        self._req_ids, self._lengths = list(req_ids), list(lengths)
+        # [num_reqs, passes]
+        rows = torch.stack(list(token_ids), dim=1)[:num_reqs]
+        passes = rows.shape[1]
+        # [num_reqs, k]: every pass's token, then the last one repeated
+        padded = (rows[:, :k] if passes >= k else
+                  torch.cat((rows, rows[:, -1:].expand(-1, k - passes)), dim=1))
+        probs = None
+        if draft_probs is not None:
+            probs = _widened(draft_probs[:num_reqs], None if passes >= k else padded[:, passes:], k)
+        if replaced:
+            device = padded.device
+            # [num_replaced]
+            index = async_tensor_h2d(list(replaced), dtype=torch.long, device=device)
+            # [num_replaced, k]
+            tokens = async_tensor_h2d([_filled(t[:k], k) for t in replaced.values()],
+                                      dtype=padded.dtype, device=device)
+            padded = padded.index_copy(0, index, tokens)
+            if probs is not None:
+                one_hot = probs.new_zeros((len(replaced), k, probs.shape[-1]))
+                one_hot.scatter_(-1, tokens.long().unsqueeze(-1), 1.0)
+                probs = probs.index_copy(0, index, one_hot)
+        return padded.contiguous(), probs
 
     def clear(self) -> None:
         """The drafts handed over were not padded (a skipped step)."""
@@ -101,6 +130,26 @@ class UniformShape:
             return list(map(min, self._lengths, num_draft_tokens))
         by_req_id = dict(zip(self._req_ids, self._lengths))
         return [min(by_req_id.get(r, n), n) for r, n in zip(req_ids, num_draft_tokens)]
+
+
+def _filled(row: list[int], k: int) -> list[int]:
+    """``row`` (at most ``k`` tokens) padded to ``k`` with its last token
+    (0 for an empty row)."""
+    return row + [row[-1] if row else 0] * (k - len(row))
+
+
+def _widened(draft_probs: torch.Tensor, fillers: torch.Tensor | None, k: int) -> torch.Tensor:
+    """vLLM's draft probabilities ([num_reqs, draft passes run, vocab]) as
+    ``[num_reqs, k, vocab]``: a one-hot row for each filler token
+    (``fillers``: [num_reqs, k - passes] on the device; None where the
+    passes fill ``k``)."""
+    num_reqs, passes, vocab = draft_probs.shape
+    if passes >= k:
+        return draft_probs[:, :k].contiguous()
+    wider = draft_probs.new_zeros((num_reqs, k, vocab))
+    wider[:, :passes] = draft_probs
+    wider[:, passes:].scatter_(-1, fillers.long().unsqueeze(-1), 1.0)
+    return wider
 
 
 def keep_verified(output: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
