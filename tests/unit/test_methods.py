@@ -126,8 +126,8 @@ def test_a_method_plans_free_drafts_exactly_when_its_policy_does():
 
 def test_cuda_gets_a_short_default_cap_with_the_draft_model_only():
     """On CUDA the hot path verifies every drafting request's whole cap
-    (docs/cuda.md, "Defaults on CUDA"); a given cap is the user's; AdaSD and
-    the n-gram drafter keep theirs."""
+    (docs/cuda.md, "Defaults on CUDA"), the lookup ahead of the draft model's
+    too; a given cap is the user's; AdaSD and the n-gram drafter keep theirs."""
     def cap(config, on_cuda):
         return split_speculative_config(config, VLLM_KEYS, on_cuda=on_cuda)[0].num_speculative_tokens
 
@@ -139,3 +139,5 @@ def test_cuda_gets_a_short_default_cap_with_the_draft_model_only():
                    on_cuda=True) == 12
     assert cap({"method": "adasd", "model": "d"}, on_cuda=True) == 20
     assert cap({"method": "gammatune", "drafter": "ngram"}, on_cuda=True) == 16
+    assert cap({"method": "gammatune_cost", "model": "d", "drafter": "ngram+draft_model"},
+               on_cuda=True) == 4

@@ -170,7 +170,7 @@ def split_speculative_config(
     cap = require_int(
         "num_speculative_tokens",
         config.get("num_speculative_tokens", METHODS[method].default_cap(
-            on_cuda and drafter.name == DRAFTER_DRAFT_MODEL)),
+            on_cuda and drafter.takes_model)),
         ">= 1 (the cap on every draft, gamma_max)",
         low=1,
     )
