@@ -83,9 +83,6 @@ class DraftCatchUp:
             catch_up_tokens = tuple(self.holes.catch_up_tokens(r, s)
                                     for r, s in zip(req_ids, positions.starts))
             remaining = (remaining_tokens(runner, req_ids) if any(catch_up_tokens) else ())
-        # Prefill chunks are compute-bound and hundreds of tokens long; a
-        # line through them says little about verifying a few draft tokens,
-        # which is what the decision is about: the timer fits decode steps only.
         return BatchView(len(req_ids), num_scheduled_tokens=num_scheduled_tokens,
                          catch_up_tokens=catch_up_tokens,
                          has_prefill=positions.longest_query > 1 + num_speculative_tokens,

@@ -227,15 +227,15 @@ class AdaptiveDraftModelProposer(DraftModelProposer, PluginDrafter):
     # -- 2. plan ------------------------------------------------------------------
     def _batch_view(self, req_ids: list[str], num_speculative_tokens: int,
                     cad: CommonAttentionMetadata):
-        """What the policy may know of this step (``BatchView``); the step's
-        shape for a policy that plans from measured costs."""
-        num_reqs = len(req_ids)
+        """What the policy may know of this step (``BatchView``); whether it decodes only."""
         if self._catch_up is None:
-            return BatchView(num_reqs), None
+            return BatchView(len(req_ids)), None
         batch = self._catch_up.batch_view(self._runner, req_ids, num_speculative_tokens,
                                           cad.num_actual_tokens)
+        # Prefill chunks (long, compute-bound) say little about verifying a few
+        # draft tokens, what the decision is about: the timer fits decode steps only.
         decode_only = not batch.has_prefill
-        self._timer.on_plan(cad.num_actual_tokens, num_reqs, decode_only)
+        self._timer.on_plan(cad.num_actual_tokens, len(req_ids), decode_only)
         return batch, decode_only
 
     def _plan(self, req_ids: list[str], batch: BatchView,

@@ -131,11 +131,9 @@ class VerificationInbox:
         """``collect`` with the n-gram front: the counts and the sampled
         tokens in one read; the free drafts' verifications apart."""
         num_reqs = len(req_ids)
-        # [num_reqs (counts) + num_reqs (sampled tokens)]
-        columns = [next_token_ids[:num_reqs].long()]
-        if pending is not None:
-            columns.insert(0, pending[2][:num_reqs].long())
-        values = read_on_host(torch.cat(columns) if len(columns) > 1 else columns[0])
+        counts = [] if pending is None else [pending[2][:num_reqs].long()]
+        # [num_reqs (counts, if pending) + num_reqs (sampled tokens)]
+        values = read_on_host(torch.cat(counts + [next_token_ids[:num_reqs].long()]))
         sampled = values[-num_reqs:] if num_reqs else []
         if pending is None:
             return Collected(arrived, None, None, sampled)

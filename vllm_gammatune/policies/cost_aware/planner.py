@@ -311,8 +311,7 @@ def _lengths_at(ratio: float, rates: Sequence[float], log_rates: Sequence[float]
     at most its top (``tops``: [num_reqs] the step's cap or the request's own
     limit, the smaller). ``log_rates`` ([num_reqs] ``log(rate)``) and
     ``gains`` ([num_reqs][k] ``accepted_gain(rate, k)``) are taken once a
-    plan: this runs for every request, cap and iteration, so
-    ``paying_length`` is written out here, its arithmetic unchanged.
+    plan: this runs for every request, cap and iteration.
 
     Returns:
         (lengths, accepted tokens expected, their verification and catch-up
@@ -324,12 +323,7 @@ def _lengths_at(ratio: float, rates: Sequence[float], log_rates: Sequence[float]
     threshold = ratio * per_token  # a^j must exceed this
     log_threshold = math.log(threshold) if threshold > 0.0 else 0.0
     for rate, log_rate, gain_of, missed, top in zip(rates, log_rates, gains, catch_up, tops):
-        if top <= 0 or threshold >= rate:
-            k = 0
-        elif threshold <= 0.0:
-            k = top
-        else:
-            k = min(top, max(0, math.ceil(log_threshold / log_rate) - 1))
+        k = paying_length(rate, threshold, top, log_threshold, log_rate)
         if k:
             gain = gain_of[k]
             extra = k * per_token + missed * catch_up_per_token
