@@ -62,12 +62,24 @@ ABLATIONS: Mapping[str, Mapping[str, Any]] = MappingProxyType({
     **{f"gammatune_cost_no_{part}": {"ablate": [part]} for part in ABLATABLE_PARTS},
 })
 
+#: the shape of a GPU's step costs at small batch (seconds; only their ratios
+#: matter to a plan): a target step 20 ms and 0.05 ms a verified token, a draft
+#: pass 4 ms and 0.01 ms a token, as ``benchmarks.decision_lag``'s GPU
+GPU_STEP_COSTS: Mapping[str, float] = MappingProxyType({
+    "target_step_s": 0.020, "target_token_s": 0.00005,
+    "draft_pass_s": 0.004, "draft_token_s": 0.00001})
+
 #: harness name -> (plugin method, parameters it fixes)
 VARIANTS: Mapping[str, tuple[str, Mapping[str, Any]]] = MappingProxyType({
     # Diagnostic, not a method to use: gammatune_cost that never drafts after
     # its warm-up (a plan must double the predicted throughput, and probes
     # get no budget), so a run against no_spec measures the skip path alone.
     "gammatune_cost_never": ("gammatune_cost", {"min_draft_gain": 0.999, "probe_budget": 1e-9}),
+    # Diagnostic: gammatune_cost deciding from a GPU's costs, not the CPU's
+    # clock, so that a run on the CPU counts the decisions a GPU user gets
+    # (its times are the CPU's, not a GPU's).
+    "gammatune_cost_gpu_costs": ("gammatune_cost",
+                                 {"fixed_step_costs": dict(GPU_STEP_COSTS)}),
     # gammatune_cost with one part switched off (ABLATIONS)
     **{name: ("gammatune_cost", parameters) for name, parameters in ABLATIONS.items()},
     # AdaSD's ablations (Gen-Only, Verify-Only)
