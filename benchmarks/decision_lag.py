@@ -27,6 +27,7 @@ import argparse
 import random
 from collections import deque
 
+from gammatune_tools.bench.methods import GPU_STEP_COSTS
 from gammatune_tools.bench.stats import ratio_interval
 from vllm_gammatune.methods import METHODS
 from vllm_gammatune.policies import (
@@ -43,7 +44,8 @@ from vllm_gammatune.policies import (
 )
 
 COSTS = {"cpu": (FixedLinearCost(0.10, 0.02), FixedLinearCost(0.04, 0.002)),
-         "gpu": (FixedLinearCost(0.020, 0.00005), FixedLinearCost(0.004, 0.00001))}
+         "gpu": (FixedLinearCost(GPU_STEP_COSTS["target_step_s"], GPU_STEP_COSTS["target_token_s"]),
+                 FixedLinearCost(GPU_STEP_COSTS["draft_pass_s"], GPU_STEP_COSTS["draft_token_s"]))}
 EASY, HARD, SWITCH = 0.9, 0.35, 0.05
 CAP = 8
 

@@ -64,7 +64,7 @@ ABLATIONS: Mapping[str, Mapping[str, Any]] = MappingProxyType({
 
 #: the shape of a GPU's step costs at small batch (seconds; only their ratios
 #: matter to a plan): a target step 20 ms and 0.05 ms a verified token, a draft
-#: pass 4 ms and 0.01 ms a token, as ``benchmarks.decision_lag``'s GPU
+#: pass 4 ms and 0.01 ms a token (``benchmarks.decision_lag``'s GPU too)
 GPU_STEP_COSTS: Mapping[str, float] = MappingProxyType({
     "target_step_s": 0.020, "target_token_s": 0.00005,
     "draft_pass_s": 0.004, "draft_token_s": 0.00001})
